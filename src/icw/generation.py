@@ -1,0 +1,116 @@
+"""Batched answer generation with transformers: plain, ICW-instructed, or logit-perturbed.
+
+One home for the chat-template and left-padding details that the demo, ICWBench, the
+cold-start synthesis and the Space all need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import torch
+from tqdm.auto import tqdm
+
+from .keys import ICWKey, as_keys
+from .processors import logits_processor
+
+Mode = Literal["plain", "instruction", "bias"]
+MODES = ("plain", "instruction", "bias")
+#: Sampling used when the caller gives none (small models loop under greedy decoding).
+DEFAULT_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.95}
+
+
+def user_message(query: str, key: ICWKey | None = None, mode: Mode = "plain", tokenizer: Any = None,
+                 template: str | None = None) -> str:
+    """The user turn: the query, with the key's instruction prepended in ``instruction`` mode."""
+    if mode == "instruction":
+        if key is None:
+            raise ValueError("instruction mode needs a key")
+        return key.prompt(query, tokenizer, template)
+    return query
+
+
+def chat_prompt(tokenizer: Any, content: str, system: str | None = None) -> str:
+    """Render one user turn with the tokenizer's chat template (plain text if it has none)."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return content + "\n"
+
+
+@torch.inference_mode()
+def generate_responses(
+    model: Any,
+    tokenizer: Any,
+    queries: Sequence[str],
+    keys: ICWKey | str | Sequence[ICWKey | str] | None = None,
+    mode: Mode = "plain",
+    *,
+    delta: float | None = None,
+    template: str | None = None,
+    max_new_tokens: int = 600,
+    batch_size: int = 8,
+    seed: int | None = 0,
+    generation_kwargs: dict[str, Any] | None = None,
+    progress: bool | str = False,
+    on_batch: Callable[[list[int], list[str]], None] | None = None,
+) -> list[str]:
+    """Generate one answer per query.
+
+    Args:
+        queries: the user queries.
+        keys: one key (shared) or one per query; needed for ``instruction`` and ``bias``.
+        mode: ``plain`` (query alone), ``instruction`` (instruction + query) or ``bias``
+            (query alone, decoded with the family's logit perturbation).
+        delta: bias strength for ``bias`` mode (the family default otherwise).
+        template: a custom instruction template for ``instruction`` mode.
+        generation_kwargs: passed to ``generate`` (defaults: :data:`DEFAULT_SAMPLING`).
+        progress: show a progress bar (a string sets its description).
+        on_batch: called with (query indices, answers) after each batch, so callers can save
+            finished work as it comes.
+
+    Returns:
+        The decoded answers (special tokens removed), in query order.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    queries = list(queries)
+    key_list = as_keys(keys, len(queries)) if keys is not None else [None] * len(queries)
+    if mode != "plain" and keys is None:
+        raise ValueError(f"{mode} mode needs keys")
+    kwargs = dict(DEFAULT_SAMPLING if generation_kwargs is None else generation_kwargs)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = next(model.parameters()).device
+    # bias batches must share a family (one processor per batch); keep input order otherwise
+    order = sorted(range(len(queries)), key=lambda i: key_list[i].family if mode == "bias" else "")
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if mode == "bias":
+        batches = [b for chunk in batches for b in _split_by_family(chunk, key_list)]
+    answers: list[str] = [""] * len(queries)
+    bar = tqdm(total=len(queries), desc=progress if isinstance(progress, str) else mode, disable=not progress)
+    for batch in batches:
+        prompts = [chat_prompt(tokenizer, user_message(queries[i], key_list[i], mode, tokenizer, template)) for i in batch]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        processors = [logits_processor([key_list[i] for i in batch], tokenizer, delta)] if mode == "bias" else []
+        if seed is not None:
+            torch.manual_seed(seed + batch[0])
+        out = model.generate(**enc, logits_processor=processors, max_new_tokens=max_new_tokens,
+                             pad_token_id=tokenizer.pad_token_id, **kwargs)
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        for i, text in zip(batch, texts, strict=True):
+            answers[i] = text.strip()
+        if on_batch is not None:
+            on_batch(batch, [answers[i] for i in batch])
+        bar.update(len(batch))
+    bar.close()
+    return answers
+
+
+def _split_by_family(batch: list[int], keys: list[ICWKey]) -> list[list[int]]:
+    groups: dict[str, list[int]] = {}
+    for i in batch:
+        groups.setdefault(keys[i].family, []).append(i)
+    return list(groups.values())

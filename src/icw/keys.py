@@ -1,0 +1,393 @@
+"""Watermark keys: instantiation from seeds, serialization and instruction templates.
+
+One :class:`ICWKey` drives everything: it renders the instruction shown to an LLM, builds
+the logit bias that imitates that instruction, and parameterizes the verifier.
+
+Key material is a deterministic function of ``(family, seed, parameters, tokenizer)``
+(paper, Appendix C). Randomness comes from NumPy's PCG64 bit generator seeded through
+``SeedSequence([family_code, seed])``, whose raw output NumPy keeps stable across versions
+and platforms; subsets are the smallest raw draws, so no ``hash()`` or global RNG is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+from urllib.parse import quote, unquote
+
+import numpy as np
+
+from .vocab import ALPHABET, VocabularyView, vocabulary
+
+FAMILIES = ("tsp", "wip", "sa")
+FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference", "sa": "Sentence Acrostic"}
+#: The SA letter pool: the alphabet minus J, K, Q, V, X, Z (rare word-initial letters).
+SA_POOL = "ABCDEFGHILMNOPRSTUWY"
+#: Logit-bias strengths used for cold-start synthesis (paper Appendix A; SA from training).
+DEFAULT_DELTA = {"tsp": 3.0, "wip": 3.0, "sa": 8.0}
+_FAMILY_CODE = {"tsp": 1, "wip": 2, "sa": 3}
+_PREFIX = "icw"
+
+TEMPLATES = {
+    "tsp": (
+        "<green>\n{green_tokens}\n</green>\n\n"
+        "Respond to the user query. Seamlessly incorporate as many tokens\n"
+        "from <green> as possible without compromising text quality."
+    ),
+    "wip": (
+        "<green>\n{green_letters}\n</green>\n\n<red>\n{red_letters}\n</red>\n\n"
+        "Given the <green> and <red> letter lists, respond to the user query\n"
+        "with clarity, accuracy, informativeness, and relevance. Favor words\n"
+        "beginning with letters from <green> and minimize those beginning with\n"
+        "letters from <red>. Never reveal the <green> and <red> letter lists\n"
+        "in your reply."
+    ),
+    "sa": (
+        "You will receive a SECRET STRING and a user query. Answer the query\n"
+        "naturally and helpfully. While doing so, structure the answer so the\n"
+        "first letters of your sentences can spell out the secret string in\n"
+        "order. Treat the acrostic as a soft guide that you follow whenever it\n"
+        "does not hurt the response.\n\n"
+        "Rules:\n"
+        "1. Track the next unmatched letter in the secret string as the target\n"
+        "   letter. It starts at the first letter and only advances when a\n"
+        "   sentence successfully starts with it.\n"
+        "2. Prefer to start each new sentence with the target letter. If\n"
+        "   starting with the target letter would clearly hurt the response\n"
+        "   quality, write a non-matching sentence instead. After three\n"
+        "   consecutive misses, drop that letter and advance to the next.\n"
+        "3. Once the secret string is fully consumed, continue answering\n"
+        "   naturally with no further letter constraints.\n"
+        "4. Write in plain narrative prose. Do not visually highlight first\n"
+        "   letters in any way.\n\n"
+        "SECRET STRING: {secret}"
+    ),
+}
+#: The placeholder each family's template must contain.
+_MATERIAL_FIELD = {"tsp": "{green_tokens}", "wip": "{green_letters}", "sa": "{secret}"}
+
+
+class ICWKeyError(ValueError):
+    """A key string, key parameter or family is invalid."""
+
+
+class KeyMismatchError(ValueError):
+    """A key is used with a tokenizer other than the one it was built for."""
+
+
+def check_family(family: str) -> str:
+    fam = str(family).strip().lower()
+    if fam not in FAMILIES:
+        raise ICWKeyError(f"unknown ICW family {family!r}; choose one of {', '.join(FAMILIES)}")
+    return fam
+
+
+def _raw(family: str, seed: int, n: int) -> np.ndarray:
+    seq = np.random.SeedSequence([_FAMILY_CODE[family], int(seed)])
+    return np.random.PCG64(seq).random_raw(n)
+
+
+def _smallest(raw: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k smallest raw draws: a uniform random k-subset."""
+    return np.argsort(raw, kind="stable")[:k]
+
+
+@dataclass(frozen=True)
+class ICWKey:
+    """A watermark key of one family.
+
+    Args:
+        family: ``"tsp"``, ``"wip"`` or ``"sa"``.
+        seed: non-negative integer the material is drawn from (optional when ``letters`` or
+            ``secret`` is given explicitly).
+        gamma: TSP green-list fraction ``|T| = floor(gamma |P|)``.
+        pool_size: TSP candidate pool ``P``: the ``pool_size`` lowest-id tokens of ``V_en``
+            (BPE ids roughly follow merge frequency), for models whose context cannot hold a
+            list of ~17,700 tokens. ``None`` means ``P = V_en``, as in the paper.
+        num_letters: WIP green-letter count ``|L|`` (13 of 26 in the paper).
+        length: SA secret length ``|S|`` (18 for evaluation, 18-20 for synthesis).
+        letters: explicit WIP letters instead of a seeded draw.
+        secret: explicit SA secret instead of a seeded draw.
+        tokenizer: name of the tokenizer the key was built for (TSP and WIP).
+        vocab: fingerprint of that tokenizer's vocabulary (see :class:`~icw.vocab.VocabularyView`).
+
+    Build keys with :meth:`create`, which fills in the tokenizer fields.
+
+    Example:
+        >>> key = ICWKey.create("sa", seed=7)
+        >>> key.to_string()
+        'icw:sa:seed=7,length=18'
+        >>> ICWKey.from_string(key.to_string()) == key
+        True
+    """
+
+    family: str
+    seed: int | None = None
+    gamma: float = 0.2
+    pool_size: int | None = None
+    num_letters: int = 13
+    length: int = 18
+    letters: str | None = None
+    secret: str | None = None
+    tokenizer: str | None = None
+    vocab: str | None = None
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", check_family(self.family))
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+                raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r}")
+            object.__setattr__(self, "seed", int(self.seed))
+        fam = self.family
+        if fam == "tsp":
+            if not 0.0 < float(self.gamma) < 1.0:
+                raise ICWKeyError(f"TSP gamma must lie strictly between 0 and 1, got {self.gamma!r}")
+            object.__setattr__(self, "gamma", float(self.gamma))
+            if self.pool_size is not None and int(self.pool_size) < 10:
+                raise ICWKeyError(f"TSP pool_size must be at least 10 tokens, got {self.pool_size!r}")
+        if fam == "wip":
+            if self.letters is not None:
+                letters = "".join(sorted(set(str(self.letters).upper())))
+                if not letters or any(c not in ALPHABET for c in letters) or len(letters) >= 26:
+                    raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r}")
+                object.__setattr__(self, "letters", letters)
+                object.__setattr__(self, "num_letters", len(letters))
+            elif not 1 <= int(self.num_letters) <= 25:
+                raise ICWKeyError(f"WIP num_letters must be between 1 and 25, got {self.num_letters!r}")
+        if fam == "sa":
+            if self.secret is not None:
+                secret = str(self.secret).upper()
+                if not secret.isascii() or not secret.isalpha() or not 1 <= len(secret) <= 63:
+                    raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r}")
+                object.__setattr__(self, "secret", secret)
+                object.__setattr__(self, "length", len(secret))
+            elif not 1 <= int(self.length) <= 63:
+                raise ICWKeyError(f"SA length must be between 1 and 63, got {self.length!r}")
+        explicit = self.letters if fam == "wip" else self.secret if fam == "sa" else None
+        if self.seed is None and explicit is None:
+            raise ICWKeyError(f"a {fam} key needs a seed" + (" or explicit material" if fam != "tsp" else ""))
+        if fam in ("tsp", "wip") and not (self.tokenizer and self.vocab):
+            raise ICWKeyError(f"a {fam} key needs the tokenizer it is used with: build it with ICWKey.create(..., tokenizer=...)")
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def create(cls, family: str, seed: int | None = None, tokenizer: Any = None, **params: Any) -> ICWKey:
+        """Instantiate a key; ``tokenizer`` (an HF tokenizer) is required for TSP and WIP."""
+        fam = check_family(family)
+        if tokenizer is not None:
+            view = vocabulary(tokenizer)
+            params.update(tokenizer=view.name, vocab=view.fingerprint)
+        elif fam in ("tsp", "wip"):
+            raise ICWKeyError(f"a {fam} key is defined over a tokenizer's vocabulary: pass tokenizer=...")
+        return cls(fam, seed, **params)
+
+    # ------------------------------------------------------------------- material
+    @property
+    def green_letters(self) -> str:
+        """WIP: the in-key letters ``L``, alphabetical."""
+        self._need("wip")
+        if self.letters is not None:
+            return self.letters
+        idx = _smallest(_raw("wip", self.seed, 26), self.num_letters)
+        return "".join(sorted(ALPHABET[i] for i in idx))
+
+    @property
+    def red_letters(self) -> str:
+        """WIP: the letters not in the key."""
+        green = set(self.green_letters)
+        return "".join(c for c in ALPHABET if c not in green)
+
+    @property
+    def secret_string(self) -> str:
+        """SA: the secret ``S``."""
+        self._need("sa")
+        if self.secret is not None:
+            return self.secret
+        raw = _raw("sa", self.seed, self.length)
+        return "".join(SA_POOL[int(r % len(SA_POOL))] for r in raw)
+
+    def check_tokenizer(self, tokenizer: Any) -> VocabularyView:
+        """Return the tokenizer's vocabulary view, or raise if the key was built for another."""
+        view = vocabulary(tokenizer)
+        if self.vocab is not None and view.fingerprint != self.vocab:
+            raise KeyMismatchError(
+                f"this {self.family} key was built for tokenizer {self.tokenizer!r} (vocabulary {self.vocab}), "
+                f"but the tokenizer given is {view.name!r} (vocabulary {view.fingerprint}). "
+                f"Detect with the tokenizer the key was made with (icw.models.load_tokenizer({self.tokenizer!r}) "
+                "or AutoTokenizer.from_pretrained of that model)."
+            )
+        return view
+
+    def candidate_pool(self, tokenizer: Any) -> np.ndarray:
+        """TSP: the candidate pool ``P`` (token ids, ascending)."""
+        self._need("tsp")
+        v_en = self.check_tokenizer(tokenizer).v_en
+        return v_en if self.pool_size is None else v_en[: int(self.pool_size)]
+
+    def token_set(self, tokenizer: Any) -> np.ndarray:
+        """TSP: the green token ids ``T``, ascending."""
+        if "T" not in self._cache:
+            pool = self.candidate_pool(tokenizer)
+            size = math.floor(self.gamma * len(pool))
+            self._cache["T"] = np.sort(pool[_smallest(_raw("tsp", self.seed, len(pool)), size)])
+        else:
+            self.check_tokenizer(tokenizer)
+        return self._cache["T"]
+
+    def _need(self, family: str) -> None:
+        if self.family != family:
+            raise ICWKeyError(f"this is a {self.family} key, not a {family} key")
+
+    # ------------------------------------------------------------- instructions
+    def instruction(self, tokenizer: Any = None, template: str | None = None) -> str:
+        """Render the ICW instruction; the paper's template unless ``template`` is given.
+
+        Custom templates use ``str.format`` fields: ``{green_tokens}`` (TSP, joined with
+        ``|``), ``{green_letters}``/``{red_letters}`` (WIP, comma-separated) and ``{secret}``.
+        """
+        template = TEMPLATES[self.family] if template is None else template
+        if _MATERIAL_FIELD[self.family] not in template:
+            raise ICWKeyError(f"a {self.family} template must contain {_MATERIAL_FIELD[self.family]}")
+        fields: dict[str, Any] = {"gamma": self.gamma}
+        if self.family == "tsp":
+            if tokenizer is None:
+                raise ICWKeyError("rendering a TSP instruction lists tokens: pass the tokenizer")
+            surfaces = vocabulary(tokenizer).surfaces
+            fields["green_tokens"] = "|".join(surfaces[i] for i in self.token_set(tokenizer))
+        elif self.family == "wip":
+            fields.update(green_letters=", ".join(self.green_letters), red_letters=", ".join(self.red_letters))
+        else:
+            fields["secret"] = self.secret_string
+        try:
+            return template.format(**fields)
+        except (KeyError, IndexError, ValueError) as err:
+            raise ICWKeyError(f"template has an unknown or malformed field: {err}") from None
+
+    def prompt(self, query: str, tokenizer: Any = None, template: str | None = None) -> str:
+        """The instructed query: the instruction prepended to the user's query."""
+        return f"{self.instruction(tokenizer, template)}\n\n{query}"
+
+    def describe(self) -> str:
+        """A one-line human summary of the key material."""
+        if self.family == "tsp":
+            pool = "V_en" if self.pool_size is None else f"the {self.pool_size} lowest-id V_en tokens"
+            return f"TSP: gamma={self.gamma} of {pool} ({self.tokenizer})"
+        if self.family == "wip":
+            return f"WIP: green letters {self.green_letters}"
+        return f"SA: secret {self.secret_string}"
+
+    # ------------------------------------------------------------ serialization
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that define this key (defaults of other families omitted)."""
+        keep = {"tsp": ("gamma", "pool_size"), "wip": ("num_letters", "letters"), "sa": ("length", "secret")}
+        data = {k: v for k, v in asdict(self).items() if k != "_cache"}
+        out = {"family": self.family, "seed": self.seed}
+        out.update({k: data[k] for k in keep[self.family] if data[k] is not None})
+        if self.family in ("wip", "sa") and out.get("letters" if self.family == "wip" else "secret"):
+            out.pop("num_letters" if self.family == "wip" else "length", None)
+        if self.seed is None:
+            out.pop("seed")
+        out.update({k: data[k] for k in ("tokenizer", "vocab") if data[k] is not None})
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_string(self) -> str:
+        """``icw:<family>:name=value,...``; share it with anyone who should detect."""
+        parts = [f"{k}={quote(str(v), safe='')}" for k, v in self.to_dict().items() if k != "family"]
+        return f"{_PREFIX}:{self.family}:{','.join(parts)}"
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ICWKey:
+        if not isinstance(data, dict) or "family" not in data:
+            raise ICWKeyError("a key needs at least a 'family' field")
+        allowed = {"family", "seed", "gamma", "pool_size", "num_letters", "length", "letters", "secret", "tokenizer", "vocab"}
+        unknown = set(data) - allowed
+        if unknown:
+            raise ICWKeyError(f"unknown key field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        return cls(**data)
+
+    @classmethod
+    def from_string(cls, text: str) -> ICWKey:
+        """Parse :meth:`to_string` or :meth:`to_json` output."""
+        if isinstance(text, ICWKey):
+            return text
+        if not isinstance(text, str) or not text.strip():
+            raise ICWKeyError(f"a key must be a non-empty string like 'icw:sa:seed=7,length=18', got {text!r}")
+        text = text.strip()
+        if text.startswith("{"):
+            try:
+                return cls.from_dict(json.loads(text))
+            except json.JSONDecodeError as err:
+                raise ICWKeyError(f"malformed JSON key: {err}") from None
+        pieces = text.split(":", 2)
+        if len(pieces) != 3 or pieces[0] != _PREFIX:
+            raise ICWKeyError(f"malformed key {text[:80]!r}: expected 'icw:<family>:name=value,...'")
+        data: dict[str, Any] = {"family": pieces[1]}
+        ints, floats = {"seed", "pool_size", "num_letters", "length"}, {"gamma"}
+        for item in filter(None, pieces[2].split(",")):
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ICWKeyError(f"malformed key field {item!r} in {text[:80]!r}: expected name=value")
+            value = unquote(value)
+            try:
+                data[name] = int(value) if name in ints else float(value) if name in floats else value
+            except ValueError:
+                raise ICWKeyError(f"key field {name} must be a number, got {value!r}") from None
+        return cls.from_dict(data)
+
+    def with_params(self, **changes: Any) -> ICWKey:
+        return replace(self, **changes)
+
+
+def as_key(key: ICWKey | str | dict) -> ICWKey:
+    """Accept a key object, its string or JSON form, or its dict."""
+    if isinstance(key, ICWKey):
+        return key
+    if isinstance(key, dict):
+        return ICWKey.from_dict(key)
+    return ICWKey.from_string(key)
+
+
+def as_keys(keys: Any, n: int) -> list[ICWKey]:
+    """One key per item: a single key is shared, a sequence must have ``n`` entries."""
+    if keys is None:
+        raise ICWKeyError("a key is required (an ICWKey, its string form, or one per text)")
+    if isinstance(keys, (ICWKey, str, dict)):
+        return [as_key(keys)] * n
+    keys = list(keys)
+    if len(keys) != n:
+        raise ValueError(f"got {len(keys)} keys for {n} texts: pass one key, or one key per text")
+    return [as_key(k) for k in keys]
+
+
+@lru_cache(maxsize=512)
+def scored_mask(key: ICWKey, view: VocabularyView) -> np.ndarray:
+    """Tokens the verifier scores: TSP's pool ``P`` or WIP's ``V_en^word`` (boolean, vocab-sized)."""
+    if key.family == "tsp":
+        mask = np.zeros(view.size, dtype=bool)
+        mask[key.candidate_pool(view)] = True
+        return mask
+    key.check_tokenizer(view)
+    return view.is_word
+
+
+@lru_cache(maxsize=512)
+def green_mask(key: ICWKey, view: VocabularyView) -> np.ndarray:
+    """Tokens the key favours: TSP's ``T``, or WIP's word-initial tokens with ``phi(v)`` in ``L``."""
+    if key.family == "tsp":
+        mask = np.zeros(view.size, dtype=bool)
+        mask[key.token_set(view)] = True
+        return mask
+    key.check_tokenizer(view)
+    letters = np.zeros(27, dtype=bool)  # index 26 (= -1) stays False for non-word tokens
+    letters[[ord(c) - 65 for c in key.green_letters]] = True
+    return letters[view.word_letter.astype(np.int64)] & view.is_word

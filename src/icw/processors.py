@@ -1,0 +1,214 @@
+"""Logit perturbations ``Delta_t(psi; kappa)`` as transformers ``LogitsProcessor`` s.
+
+Each processor takes one key per batch row (a single key is shared), so one ``generate``
+call can watermark a batch under different keys. Rows are matched to keys in order; when
+``generate`` expands rows (``num_return_sequences`` or beams), each key covers its
+consecutive copies, as transformers lays them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import LogitsProcessor
+
+from .keys import DEFAULT_DELTA, ICWKey, ICWKeyError, as_key, green_mask
+from .text import START, SentenceState, advance
+from .vocab import VocabularyView
+
+
+def _keys(keys: Any, family: str) -> list[ICWKey]:
+    keys = [as_key(k) for k in ([keys] if isinstance(keys, (ICWKey, str, dict)) else list(keys))]
+    if not keys:
+        raise ICWKeyError("no keys given: pass one key, or one key per batch row")
+    wrong = {k.family for k in keys} - {family}
+    if wrong:
+        raise ICWKeyError(f"this processor implements the {family} family but got {', '.join(sorted(wrong))} key(s)")
+    return keys
+
+
+def _row_index(num_keys: int, rows: int) -> torch.Tensor | None:
+    """Key index of each row, or None when a single key serves every row."""
+    if num_keys == 1:
+        return None
+    if rows % num_keys:
+        raise ValueError(f"got {num_keys} keys for a batch of {rows} rows: pass one key per prompt or per row")
+    return torch.arange(num_keys).repeat_interleave(rows // num_keys)
+
+
+class _BiasCache:
+    """A ``(num_keys, vocab)`` table moved and padded to the logits' device, dtype and width once."""
+
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = torch.from_numpy(table)
+        self._placed: dict[tuple, torch.Tensor] = {}
+
+    def get(self, scores: torch.Tensor) -> torch.Tensor:
+        place = (scores.device, scores.dtype, scores.shape[-1])
+        if place not in self._placed:
+            width = scores.shape[-1]
+            table = self.table[:, :width]
+            if table.shape[1] < width:  # the model's embedding is often padded past the tokenizer
+                table = torch.nn.functional.pad(table, (0, width - table.shape[1]))
+            self._placed[place] = table.to(device=scores.device, dtype=scores.dtype)
+        return self._placed[place]
+
+
+class _StaticBiasLogitsProcessor(LogitsProcessor):
+    family: str
+
+    def __init__(self, keys: ICWKey | str | list, tokenizer: Any, delta: float | None = None) -> None:
+        self.keys = _keys(keys, self.family)
+        self.delta = DEFAULT_DELTA[self.family] if delta is None else float(delta)
+        view = self.keys[0].check_tokenizer(tokenizer)
+        table = np.stack([green_mask(k, view) for k in self.keys]).astype(np.float32) * self.delta
+        self._bias = _BiasCache(table)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        bias = self._bias.get(scores)
+        index = _row_index(len(self.keys), scores.shape[0])
+        return scores + (bias if index is None else bias[index.to(scores.device)])
+
+
+class TokenSetPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
+    r"""Token-Set Preference: ``Delta_t[v] = delta * 1[v in T]`` at every step.
+
+    Args:
+        keys: a TSP key (shared) or one per prompt/row.
+        tokenizer: the tokenizer the keys were built for.
+        delta: bias strength (3.0 in the paper's synthesis, 5.0 when training).
+
+    Example:
+        >>> from icw import ICWKey
+        >>> from icw.models import load_model
+        >>> model, tok = load_model()
+        >>> key = ICWKey.create("tsp", seed=1, tokenizer=tok)
+        >>> inputs = tok(["The weather today"], return_tensors="pt")
+        >>> out = model.generate(**inputs, logits_processor=[TokenSetPreferenceLogitsProcessor(key, tok)],
+        ...                      max_new_tokens=20, do_sample=False)
+    """
+
+    family = "tsp"
+
+
+class WordInitialPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
+    r"""Word-Initial Preference: ``Delta_t[v] = delta * 1[v in V_en^word and phi(v) in L]``.
+
+    Applied at every step, not only at word boundaries (gating on boundaries misses most word
+    starts under BPE, where the space is part of the next token).
+    """
+
+    family = "wip"
+
+
+class SentenceAcrosticLogitsProcessor(LogitsProcessor):
+    r"""Sentence Acrostic: a stateful bias towards the next letter of the secret ``S``.
+
+    Per row the processor keeps the sentence automaton of :mod:`icw.text`, a target index
+    ``tau`` and a miss counter ``f``. A step is *active* when ``tau < |S|`` and the text so
+    far ends a sentence; then ``Delta_t[v] = delta * 1[v opens a sentence with S[tau]]``
+    (after ``[.!?]`` only tokens starting with whitespace can). Each sentence-initial letter
+    the model emits advances ``tau`` on a match, or after three consecutive misses.
+
+    State updates are O(1) per step: each token's effect on the automaton is computed once
+    from its surface and memoized, so nothing is re-decoded. ``tracked_letters[row]`` holds
+    the sentence-initial letters seen so far, which equal :func:`icw.text.sentence_initials`
+    of the decoded continuation.
+
+    Use one processor per ``generate`` call (or call :meth:`reset`).
+    """
+
+    family = "sa"
+    max_misses = 3
+
+    def __init__(self, keys: ICWKey | str | list, tokenizer: Any, delta: float | None = None) -> None:
+        self.keys = _keys(keys, self.family)
+        self.delta = DEFAULT_DELTA[self.family] if delta is None else float(delta)
+        self.view: VocabularyView = self.keys[0].check_tokenizer(tokenizer)
+        self.secrets = [k.secret_string for k in self.keys]
+        lead, space = self.view.lead_letter, self.view.lead_space
+        # rows 0-25: tokens opening a sentence with that letter; 26-51: the same after [.!?],
+        # where whitespace must come first; 52: no bias.
+        opens = np.zeros((53, self.view.size), dtype=np.float32)
+        for c in range(26):
+            opens[c] = (lead == c) * self.delta
+            opens[26 + c] = ((lead == c) & space) * self.delta
+        self._bias = _BiasCache(opens)
+        self._moves: dict[tuple[SentenceState, int], tuple[SentenceState, str]] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all rows (a new ``generate`` call starts)."""
+        self.states: list[SentenceState] = []
+        self.targets: list[int] = []
+        self.misses: list[int] = []
+        self.tracked_letters: list[str] = []
+        self._row_key: list[int] = []
+        self._length = -1
+
+    def _move(self, state: SentenceState, token: int) -> tuple[SentenceState, str]:
+        found = self._moves.get((state, token))
+        if found is None:
+            surface = self.view.surfaces[token] if 0 <= token < self.view.size else ""
+            new, letters = advance(state, surface)
+            found = self._moves[(state, token)] = (new, "".join(c for _, c in letters))
+        return found
+
+    def _start(self, rows: int) -> None:
+        index = _row_index(len(self.keys), rows)
+        self._row_key = [0] * rows if index is None else index.tolist()
+        self.states, self.targets, self.misses = [START] * rows, [0] * rows, [0] * rows
+        self.tracked_letters = [""] * rows
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows, length = input_ids.shape
+        if length != self._length + 1 or rows != len(self.states):
+            self._start(rows)  # first step of a generation: the whole input is the prompt
+        else:
+            for row, token in enumerate(input_ids[:, -1].tolist()):
+                self._observe(row, token)
+        self._length = length
+        choice = []
+        for row, state in enumerate(self.states):
+            secret, tau = self.secrets[self._row_key[row]], self.targets[row]
+            if tau < len(secret) and state.opens_sentence:
+                choice.append(ord(secret[tau]) - 65)
+            elif tau < len(secret) and state.ends_sentence:
+                choice.append(26 + ord(secret[tau]) - 65)
+            else:
+                choice.append(52)
+        return scores + self._bias.get(scores)[torch.tensor(choice, device=scores.device)]
+
+    def finish(self, sequences: torch.LongTensor) -> list[str]:
+        """Observe the tokens generated after the last call (the final one is sampled after
+        it) and return ``tracked_letters``."""
+        for row, tokens in enumerate(sequences[:, max(self._length, 0):].tolist()):
+            for token in tokens:
+                self._observe(row, token)
+        self._length = sequences.shape[1]
+        return self.tracked_letters
+
+    def _observe(self, row: int, token: int) -> None:
+        self.states[row], letters = self._move(self.states[row], token)
+        secret = self.secrets[self._row_key[row]]
+        for letter in letters:
+            self.tracked_letters[row] += letter
+            tau = self.targets[row]
+            if tau >= len(secret):
+                continue
+            if letter == secret[tau] or self.misses[row] + 1 >= self.max_misses:
+                self.targets[row], self.misses[row] = tau + 1, 0
+            else:
+                self.misses[row] += 1
+
+
+_PROCESSORS = {"tsp": TokenSetPreferenceLogitsProcessor, "wip": WordInitialPreferenceLogitsProcessor,
+               "sa": SentenceAcrosticLogitsProcessor}
+
+
+def logits_processor(keys: ICWKey | str | list, tokenizer: Any, delta: float | None = None) -> LogitsProcessor:
+    """The processor of the keys' family (all keys must share one family)."""
+    first = as_key(keys if isinstance(keys, (ICWKey, str, dict)) else next(iter(keys)))
+    return _PROCESSORS[first.family](keys, tokenizer, delta)

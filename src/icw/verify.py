@@ -1,0 +1,370 @@
+"""Batched verifiers for the three ICW families, with exact p-values.
+
+Every result states its statistic, its null hypothesis, the paper's z-statistic and a
+p-value that is valid under that null:
+
+* **TSP**: ``X = |U ∩ T|`` over the unique tokens ``U`` of the text in the candidate pool
+  ``P`` (``V_en`` by default), ``n = |U|``, ``p0 = gamma``; ``z = (X - n p0) / sqrt(n p0 (1 - p0))``.
+  ``T`` is a uniform random ``|T|``-subset of ``P``, so under H0 (text independent of the
+  key) ``X ~ Hypergeometric(|P|, |T|, n)`` exactly.
+* **WIP**: ``X`` = unique word-initial tokens whose first letter is in ``L``, ``n`` = unique
+  word-initial tokens, ``p0 = sum_{a in L} f_a`` (vocabulary letter fractions). The exact
+  p-value is ``P(X' >= X)`` over uniformly random ``|L|``-letter keys given the text's 26
+  letter counts (a small dynamic program): valid whatever the text's letter frequencies.
+* **SA**: ``X = LCS(S, Phi(y))``; the paper's z uses the mean and sample sd of the LCS over
+  ``N = 1000`` random permutations of ``Phi(y)``. The p-value is a Monte Carlo estimate of
+  ``P(LCS(S', Phi(y)) >= X)`` over random secrets ``S'`` drawn like keys, reported as
+  ``(k + 1) / (M + 1)`` with its resolution ``1 / (M + 1)``; the permutation p-value is
+  reported too. LCS is bit-parallel over the secret and vectorized over all draws at once.
+
+Example:
+    >>> from icw import ICWKey, verify
+    >>> key = ICWKey.create("sa", seed=3, secret="HELLO")
+    >>> r = verify("Here we go. Every day is new. Lots to do. Let us start. Over and out.", key)
+    >>> r.num_aligned, r.p_value < 0.05
+    (5, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.stats import hypergeom
+
+from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
+from .text import sentence_initial_spans
+from .vocab import ALPHABET, VocabularyView, vocabulary
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_MAX_CHARS = 100_000
+DEFAULT_PERMUTATIONS = 1000
+DEFAULT_NULL_KEYS = 9999
+#: Below this many scored units the normal approximation behind z is rough.
+SMALL_SAMPLE = 20
+
+_STATISTIC = {
+    "tsp": "X = number of distinct tokens of the text (within the candidate pool P) that are in the green set T",
+    "wip": "X = number of distinct word-initial tokens whose first letter is a green letter",
+    "sa": "X = length of the longest common subsequence of the secret and the sentence-initial letters",
+}
+_NULL = {
+    "tsp": "the text is independent of the key: T is a uniform random subset of P, so X ~ Hypergeometric(|P|, |T|, n)",
+    "wip": "the text is independent of the key: the green letters are a uniform random subset of the alphabet",
+    "sa": "the text is independent of the key: the secret is a random string from the key's letter pool",
+}
+_LABELS = {"tsp": ("green token", "other token"), "wip": ("green initial", "red initial"),
+           "sa": ("matched initial", "unmatched initial")}
+
+
+class TextTooLongError(ValueError):
+    """A text exceeds the verifier's character limit."""
+
+
+@dataclass
+class Highlight:
+    """A counted unit of the text: a token (TSP), a word-initial token (WIP) or a
+    sentence-initial letter (SA), with character offsets into the text."""
+
+    start: int
+    end: int
+    text: str
+    aligned: bool
+    label: str
+
+
+@dataclass
+class VerificationResult:
+    """The outcome of one verification.
+
+    ``z_score`` is the paper's statistic; ``p_value`` is the exact (TSP, WIP) or Monte Carlo
+    (SA) p-value named in ``p_value_method``; ``is_watermarked`` is ``p_value <= alpha``.
+    ``null_mean``/``null_sd`` are ``n p0``/``sqrt(n p0 (1 - p0))`` for TSP and WIP and the
+    permutation mean/sd for SA.
+    """
+
+    family: str
+    z_score: float
+    p_value: float
+    is_watermarked: bool
+    alpha: float
+    num_tokens_scored: int
+    num_aligned: int
+    null_mean: float
+    null_sd: float
+    p0: float | None
+    p_value_method: str
+    statistic: str
+    null_hypothesis: str
+    key: str
+    permutation_p_value: float | None = None
+    p_value_resolution: float | None = None
+    note: str | None = None
+    highlights: list[Highlight] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.highlights is None:
+            out.pop("highlights")
+        return out
+
+
+# ------------------------------------------------------------------------- statistics
+def z_statistic(x: int, n: int, p0: float) -> float:
+    """The paper's binomial z: ``(X - n p0) / sqrt(n p0 (1 - p0))``; 0 when nothing was scored."""
+    return 0.0 if n == 0 else (x - n * p0) / math.sqrt(n * p0 * (1.0 - p0))
+
+
+def wip_key_null_sf(counts: np.ndarray, num_letters: int, x: int) -> float:
+    """``P(X' >= x)`` where ``X'`` sums the letter counts of a uniformly random
+    ``num_letters``-subset of the 26 letters (exact, by dynamic programming)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    n = int(counts.sum())
+    ways = np.zeros((num_letters + 1, n + 1))
+    ways[0, 0] = 1.0
+    for c in counts:  # 0/1 knapsack over letters: the right-hand side uses the previous table
+        ways[1:, c:] = ways[1:, c:] + ways[:-1, : n + 1 - c]
+    dist = ways[num_letters]
+    return float(dist[max(x, 0):].sum() / dist.sum())
+
+
+def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) -> np.ndarray:
+    """Bit-parallel LCS (Allison-Dix / Hyyro) of many secrets against many letter strings.
+
+    Args:
+        secret_masks: ``(R, 26)`` uint64; bit ``i`` of ``[r, c]`` is set when secret ``r`` has
+            letter ``c`` at position ``i`` (secrets up to 63 letters).
+        text_codes: ``(R, m)`` letter codes 0-25 (the rows are aligned with the secrets;
+            broadcasting a single row of either is allowed).
+        width: the secrets' length.
+
+    Returns:
+        ``(R,)`` LCS lengths.
+    """
+    rows = max(secret_masks.shape[0], text_codes.shape[0])
+    full = np.uint64((1 << width) - 1)
+    v = np.full(rows, full, dtype=np.uint64)
+    row_index = np.arange(rows) if secret_masks.shape[0] > 1 else np.zeros(rows, dtype=np.int64)
+    for j in range(text_codes.shape[1]):
+        u = v & secret_masks[row_index, text_codes[:, j]]
+        v = ((v + u) | (v - u)) & full
+    return width - np.bitwise_count(v).astype(np.int64)
+
+
+def _secret_masks(codes: np.ndarray) -> np.ndarray:
+    """``(R, k)`` letter codes -> ``(R, 26)`` position bitmasks."""
+    masks = np.zeros((codes.shape[0], 26), dtype=np.uint64)
+    rows = np.arange(codes.shape[0])
+    for i in range(codes.shape[1]):
+        masks[rows, codes[:, i]] |= np.uint64(1 << i)
+    return masks
+
+
+def _codes(letters: str) -> np.ndarray:
+    return np.frombuffer(letters.encode("ascii"), dtype=np.uint8).astype(np.int64) - 65
+
+
+def _lcs_alignment(secret: str, phi: str) -> set[int]:
+    """Positions of ``phi`` used by one longest common subsequence with ``secret``."""
+    k, m = len(secret), len(phi)
+    table = np.zeros((k + 1, m + 1), dtype=np.int32)
+    for i in range(1, k + 1):
+        for j in range(1, m + 1):
+            table[i, j] = table[i - 1, j - 1] + 1 if secret[i - 1] == phi[j - 1] else max(table[i - 1, j], table[i, j - 1])
+    used, i, j = set(), k, m
+    while i and j:
+        if secret[i - 1] == phi[j - 1]:
+            used.add(j - 1)
+            i, j = i - 1, j - 1
+        elif table[i - 1, j] >= table[i, j - 1]:
+            i -= 1
+        else:
+            j -= 1
+    return used
+
+
+def _rng(*parts: Any) -> np.random.Generator:
+    """A generator seeded by the content, so the same text and key always give the same result."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+# -------------------------------------------------------------------------- helpers
+def _check_texts(texts: Any, max_chars: int) -> list[str]:
+    if isinstance(texts, (str, bytes)):
+        texts = [texts]
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"expected a string or a list of strings, got {type(texts).__name__}") from None
+    if not texts:
+        raise ValueError("no texts to verify: pass a string or a non-empty list of strings")
+    for i, t in enumerate(texts):
+        if isinstance(t, (bytes, bytearray)):
+            raise TypeError(f"text {i} is bytes, not str: decode it first (e.g. data.decode('utf-8'))")
+        if not isinstance(t, str):
+            raise TypeError(f"text {i} is a {type(t).__name__}, not a str")
+        if len(t) > max_chars:
+            raise TextTooLongError(
+                f"text {i} has {len(t):,} characters, more than max_chars={max_chars:,}. "
+                "Verify it in passages (e.g. per answer or per page), or raise max_chars."
+            )
+    return texts
+
+
+def _text_note(text: str) -> str | None:
+    if not text.strip():
+        return "empty text: nothing to score"
+    ascii_letters = sum(c.isascii() and c.isalpha() for c in text)
+    other_letters = sum(c.isalpha() for c in text) - ascii_letters
+    if other_letters > ascii_letters:
+        return "mostly non-English text: only its English (ASCII) part is scored, so the test has little power"
+    return None
+
+
+def _resolve_view(key: ICWKey, tokenizer: Any) -> tuple[Any, VocabularyView]:
+    if tokenizer is None:
+        from .models import load_tokenizer
+
+        tokenizer = load_tokenizer(key.tokenizer)
+    return tokenizer, key.check_tokenizer(tokenizer)
+
+
+def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean: float, sd: float,
+            p0: float | None, method: str, note: str | None, **extra: Any) -> VerificationResult:
+    if note is None and n == 0:
+        note = {"tsp": "no English tokens to score", "wip": "no word-initial English tokens to score",
+                "sa": "no sentence start found"}[key.family]
+    elif note is None and n < SMALL_SAMPLE:
+        note = f"only {n} units scored: the z approximation is rough, rely on the p-value"
+    return VerificationResult(
+        family=key.family, z_score=float(z), p_value=float(p), is_watermarked=bool(p <= alpha), alpha=alpha,
+        num_tokens_scored=int(n), num_aligned=int(x), null_mean=float(mean), null_sd=float(sd), p0=p0,
+        p_value_method=method, statistic=_STATISTIC[key.family], null_hypothesis=_NULL[key.family],
+        key=key.to_string(), note=note, **extra,
+    )
+
+
+# ------------------------------------------------------------------- per-family scoring
+def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
+                        text: str, alpha: float) -> VerificationResult:
+    scored, green = scored_mask(key, view), green_mask(key, view)
+    arr = np.asarray(ids, dtype=np.int64)
+    arr = arr[(arr >= 0) & (arr < view.size)]
+    unique = np.unique(arr)
+    unique = unique[scored[unique]]
+    n, x = len(unique), int(green[unique].sum())
+    if key.family == "tsp":
+        p0 = key.gamma
+        pool = int(scored.sum())
+        size_t = math.floor(key.gamma * pool)
+        p = float(hypergeom.sf(x - 1, pool, size_t, n)) if n else 1.0
+        method = f"exact hypergeometric (|P| = {pool}, |T| = {size_t})"
+    else:
+        letters = [ord(c) - 65 for c in key.green_letters]
+        p0 = float(view.letter_fractions[letters].sum())
+        counts = np.bincount(view.word_letter[unique].astype(np.int64), minlength=26)
+        p = wip_key_null_sf(counts, key.num_letters, x) if n else 1.0
+        method = f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys"
+    highlights = None
+    if offsets is not None:
+        labels = _LABELS[key.family]
+        highlights = [Highlight(s, e, text[s:e], bool(green[t]), labels[0] if green[t] else labels[1])
+                      for t, (s, e) in zip(ids, offsets, strict=False) if 0 <= t < view.size and scored[t] and e > s]
+    mean, sd = n * p0, math.sqrt(n * p0 * (1 - p0))
+    return _result(key, alpha, z_statistic(x, n, p0), min(p, 1.0), n, x, mean, sd, p0, method, _text_note(text),
+                   highlights=highlights)
+
+
+def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_permutations: int,
+              num_null_keys: int) -> VerificationResult:
+    secret = key.secret_string
+    spans = sentence_initial_spans(text)
+    phi = "".join(letter for _, letter in spans)
+    m, k = len(phi), len(secret)
+    note = _text_note(text)
+    if m == 0:
+        return _result(key, alpha, 0.0, 1.0, 0, 0, 0.0, 0.0, None, "no sentence to score", note,
+                       highlights=[] if want_highlights else None)
+    secret_masks = _secret_masks(_codes(secret)[None, :])
+    phi_codes = _codes(phi)
+    x = int(lcs_lengths(secret_masks, phi_codes[None, :], k)[0])
+    rng = _rng(secret, phi, num_permutations, num_null_keys)
+    perms = rng.permuted(np.tile(phi_codes, (num_permutations, 1)), axis=1)
+    null = lcs_lengths(secret_masks, perms, k)
+    mean, sd = float(null.mean()), float(null.std(ddof=1))  # sample sd, as the reference
+    z = (x - mean) / sd if sd > 0 else 0.0
+    perm_p = (int((null >= x).sum()) + 1) / (num_permutations + 1)
+    pool = SA_POOL if set(secret) <= set(SA_POOL) else ALPHABET
+    draws = _codes(pool)[rng.integers(0, len(pool), size=(num_null_keys, k))]
+    key_null = lcs_lengths(_secret_masks(draws), phi_codes[None, :], k)
+    p = (int((key_null >= x).sum()) + 1) / (num_null_keys + 1)
+    method = (f"Monte Carlo over {num_null_keys:,} random {k}-letter secrets from the {len(pool)}-letter pool "
+              f"(resolution {1 / (num_null_keys + 1):.1e})")
+    highlights = None
+    if want_highlights:
+        used = _lcs_alignment(secret, phi)
+        labels = _LABELS["sa"]
+        highlights = [Highlight(pos, pos + 1, text[pos], j in used, labels[0] if j in used else labels[1])
+                      for j, (pos, _) in enumerate(spans)]
+    return _result(key, alpha, z, p, m, x, mean, sd, None, method, note, permutation_p_value=perm_p,
+                   p_value_resolution=1 / (num_null_keys + 1), highlights=highlights)
+
+
+# ------------------------------------------------------------------------------ API
+def verify(
+    texts: str | list[str],
+    keys: ICWKey | str | list[ICWKey | str],
+    tokenizer: Any = None,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    highlights: bool = False,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    num_permutations: int = DEFAULT_PERMUTATIONS,
+    num_null_keys: int = DEFAULT_NULL_KEYS,
+) -> VerificationResult | list[VerificationResult]:
+    """Verify texts against keys.
+
+    Args:
+        texts: one text or a list of texts.
+        keys: one key shared by all texts, or one key per text (families may be mixed).
+        tokenizer: the tokenizer TSP/WIP keys were built for; when omitted, the key's own
+            tokenizer name is loaded (embedded aliases work offline). SA needs none.
+        alpha: significance level for ``is_watermarked``.
+        highlights: also return the counted spans with character offsets.
+        max_chars: texts longer than this raise :class:`TextTooLongError`.
+        num_permutations: SA permutation-null size ``N`` for the paper's z.
+        num_null_keys: SA Monte Carlo size ``M`` for the p-value.
+
+    Returns:
+        A :class:`VerificationResult` for a string input, else a list in input order.
+    """
+    single = isinstance(texts, str)
+    texts = _check_texts(texts, max_chars)
+    keys = as_keys(keys, len(texts))
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
+    if num_permutations < 2 or num_null_keys < 1:
+        raise ValueError("num_permutations must be >= 2 and num_null_keys >= 1")
+    results: list[VerificationResult | None] = [None] * len(texts)
+    groups: dict[int, tuple[Any, VocabularyView, list[int]]] = {}
+    for i, key in enumerate(keys):
+        if key.family == "sa":
+            results[i] = _score_sa(key, texts[i], alpha, highlights, num_permutations, num_null_keys)
+            continue
+        tok, view = _resolve_view(key, tokenizer)
+        groups.setdefault(id(tok), (tok, view, []))[2].append(i)
+    for tok, view, idx in groups.values():
+        enc = tok([texts[i] for i in idx], add_special_tokens=False, return_offsets_mapping=highlights)
+        for j, i in enumerate(idx):
+            offsets = enc["offset_mapping"][j] if highlights else None
+            results[i] = _score_token_family(keys[i], view, enc["input_ids"][j], offsets, texts[i], alpha)
+    return results[0] if single else results
+
+
+def vocabulary_summary(tokenizer: Any) -> dict[str, Any]:
+    """``|V_en|``, ``|V_en^word|`` and the vocabulary fingerprint of a tokenizer."""
+    return vocabulary(tokenizer).summary()

@@ -1,0 +1,196 @@
+"""English vocabulary views of a Hugging Face tokenizer.
+
+Every family works over the English sub-vocabulary (paper, Appendix A):
+
+* ``V_en``: tokens whose decoded surface is ASCII and contains at least one letter, minus
+  special and added tokens;
+* ``V_en^word``: the subset whose surface is a space followed by an ASCII letter
+  (word-initial subwords), with ``phi(v)`` its upper-cased first letter.
+
+A view is computed once per tokenizer (about a second for a 150k vocabulary) and cached.
+Byte-level BPE (GPT-2, Qwen, SmolLM) and SentencePiece-style tokenizers (word starts
+marked with U+2581) are supported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import weakref
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Stand-in for any non-ASCII byte or character in a token surface: neither a letter nor
+#: whitespace, so the sentence automaton treats it like any other symbol.
+NON_ASCII = "\x80"
+_ASCII_WS = " \t\n\r\x0b\x0c"
+_BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Inverse of the byte-to-printable-character table used by byte-level BPE."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+
+
+def _ascii_surface(raw: bytes | str) -> str:
+    """Map a token's bytes (or text) to ASCII, every other byte/char becoming NON_ASCII."""
+    if isinstance(raw, bytes):
+        return "".join(chr(b) if b < 128 else NON_ASCII for b in raw)
+    return "".join(c if ord(c) < 128 else NON_ASCII for c in raw)
+
+
+def _decoder_kind(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise TypeError(
+            f"{type(tokenizer).__name__} is not a fast (tokenizers-backed) tokenizer; "
+            "load it with AutoTokenizer.from_pretrained(...) so icw can read its vocabulary."
+        )
+    spec = json.dumps(json.loads(backend.to_str()).get("decoder"))
+    if '"ByteLevel"' in spec:
+        return "byte_level"
+    if '"Metaspace"' in spec or "\\u2581" in spec or "\u2581" in spec:
+        return "metaspace"
+    raise NotImplementedError(
+        f"icw supports byte-level BPE and SentencePiece-style tokenizers; the decoder of "
+        f"{getattr(tokenizer, 'name_or_path', tokenizer)!r} is {spec[:120]}."
+    )
+
+
+def _surfaces(tokenizer, tokens: list[str], skipped: set[int]) -> list[str]:
+    kind = _decoder_kind(tokenizer)
+    out = []
+    for i, tok in enumerate(tokens):
+        if i in skipped or tok is None:
+            out.append("")
+        elif kind == "byte_level":
+            out.append(_ascii_surface(bytes(_BYTE_LEVEL.get(c, 0x80) for c in tok)))
+        else:
+            m = _BYTE_FALLBACK.match(tok)
+            out.append(_ascii_surface(bytes([int(m.group(1), 16)])) if m else _ascii_surface(tok.replace("\u2581", " ")))
+    return out
+
+
+@dataclass(eq=False)
+class VocabularyView:
+    """Per-token facts the keys, verifiers and logits processors need.
+
+    Attributes:
+        name: a short name for the tokenizer (the alias of an embedded one, else its path).
+        fingerprint: 12 hex digits of SHA-256 over the token strings; keys record it so a
+            detector can refuse a tokenizer the key was not built for.
+        surfaces: decoded surface of every id, non-ASCII bytes mapped to ``NON_ASCII`` and
+            special tokens mapped to ``""`` (they are skipped when text is decoded).
+        is_en, is_word: boolean masks of ``V_en`` and ``V_en^word`` over the vocabulary.
+        word_letter: ``phi(v)`` as 0-25 for word-initial tokens, -1 elsewhere.
+        lead_letter: 0-25 when the surface, after leading ASCII whitespace, starts with a
+            letter (the tokens that can open a sentence with that letter), else -1.
+        lead_space: the surface starts with ASCII whitespace.
+    """
+
+    name: str
+    fingerprint: str
+    surfaces: list[str] = field(repr=False)
+    is_en: np.ndarray = field(repr=False)
+    is_word: np.ndarray = field(repr=False)
+    word_letter: np.ndarray = field(repr=False)
+    lead_letter: np.ndarray = field(repr=False)
+    lead_space: np.ndarray = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.surfaces)
+
+    @cached_property
+    def v_en(self) -> np.ndarray:
+        """Ids of ``V_en``, ascending."""
+        return np.flatnonzero(self.is_en)
+
+    @cached_property
+    def v_en_word(self) -> np.ndarray:
+        """Ids of ``V_en^word``, ascending."""
+        return np.flatnonzero(self.is_word)
+
+    @cached_property
+    def letter_fractions(self) -> np.ndarray:
+        """``f_alpha``: the share of ``V_en^word`` whose first letter is each of A-Z."""
+        counts = np.bincount(self.word_letter[self.is_word], minlength=26).astype(np.float64)
+        return counts / counts.sum()
+
+    def summary(self) -> dict:
+        return {"tokenizer": self.name, "fingerprint": self.fingerprint, "vocab_size": self.size,
+                "v_en": int(self.is_en.sum()), "v_en_word": int(self.is_word.sum())}
+
+
+def tokenizer_name(tokenizer) -> str:
+    """The embedded alias (``qwen3``, ``gpt2``, ``smollm2``) if icw loaded it, else its path or id."""
+    return getattr(tokenizer, "icw_alias", None) or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def vocabulary(tokenizer) -> VocabularyView:
+    """Return the (cached) :class:`VocabularyView` of a fast tokenizer.
+
+    Example:
+        >>> from icw.models import load_tokenizer
+        >>> view = vocabulary(load_tokenizer("qwen3"))
+        >>> len(view.v_en), len(view.v_en_word)
+        (88492, 41547)
+    """
+    if isinstance(tokenizer, VocabularyView):
+        return tokenizer
+    try:
+        return _CACHE[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    size = len(tokenizer)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+    special = {int(i) for i in tokenizer.all_special_ids}
+    added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
+    # Special tokens vanish from decoded text; added non-special tokens (e.g. "<think>") stay.
+    surfaces = _surfaces(tokenizer, tokens, special)
+    for i in added - special:
+        surfaces[i] = _ascii_surface(str(tokenizer.added_tokens_decoder[i]))
+
+    is_en = np.zeros(size, dtype=bool)
+    is_word = np.zeros(size, dtype=bool)
+    word_letter = np.full(size, -1, dtype=np.int8)
+    lead_letter = np.full(size, -1, dtype=np.int8)
+    lead_space = np.zeros(size, dtype=bool)
+    for i, s in enumerate(surfaces):
+        if not s:
+            continue
+        lead_space[i] = s[0] in _ASCII_WS
+        stripped = s.lstrip(_ASCII_WS)
+        if stripped and stripped[0].isascii() and stripped[0].isalpha():
+            lead_letter[i] = ord(stripped[0].upper()) - 65
+        if i in added or i in special or NON_ASCII in s or not any(c.isalpha() for c in s):
+            continue
+        is_en[i] = True
+        if len(s) >= 2 and s[0] == " " and s[1].isalpha():
+            is_word[i] = True
+            word_letter[i] = ord(s[1].upper()) - 65
+
+    digest = hashlib.sha256("\n".join(t or "" for t in tokens).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    view = VocabularyView(tokenizer_name(tokenizer), digest, surfaces, is_en, is_word, word_letter, lead_letter, lead_space)
+    with contextlib.suppress(TypeError):  # tokenizers that cannot be weakly referenced are not cached
+        _CACHE[tokenizer] = view
+    return view

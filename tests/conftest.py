@@ -1,0 +1,41 @@
+"""Shared fixtures: the embedded tokenizers and model, loaded once per session, fully offline."""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def qwen3():
+    from icw.models import load_tokenizer
+
+    return load_tokenizer("qwen3")
+
+
+@pytest.fixture(scope="session")
+def gpt2():
+    from icw.models import load_tokenizer
+
+    return load_tokenizer("gpt2")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """(model, tokenizer) of the embedded SmolLM2-135M-Instruct, converted once and cached."""
+    from icw.models import load_model
+
+    return load_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(qwen3):
+    """A ~10M-parameter randomly initialised Qwen3 model with the real Qwen3 tokenizer."""
+    from icw.models import tiny_random_model
+
+    return tiny_random_model("qwen3"), qwen3
