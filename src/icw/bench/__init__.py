@@ -1,0 +1,1 @@
+"""ICWBench: the benchmark dataset, its runner, scoring, quality and attacks."""

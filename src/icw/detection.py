@@ -1,0 +1,63 @@
+"""Detection quality from verifier scores: ROC-AUC and TPR at a fixed FPR, with bootstrap
+confidence intervals. The one implementation behind ICWBench scoring and the
+``icw_detection`` evaluate metric.
+
+Scores are z-scores (or any statistic where larger means "watermarked"); labels are 1 for
+watermarked (positive) and 0 for plain (negative) texts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from sklearn.metrics import roc_auc_score, roc_curve
+
+
+def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float = 0.01) -> float:
+    """Largest TPR whose empirical FPR (on the negatives) does not exceed ``fpr``."""
+    fprs, tprs, _ = roc_curve(labels, scores)
+    return float(tprs[fprs <= fpr + 1e-12].max())
+
+
+@dataclass
+class DetectionReport:
+    auc: float
+    auc_ci: tuple[float, float]
+    tpr: float
+    tpr_ci: tuple[float, float]
+    fpr: float
+    num_positive: int
+    num_negative: int
+    confidence: float
+    num_bootstrap: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def detection_report(positive_scores, negative_scores, fpr: float = 0.01, confidence: float = 0.95,
+                     num_bootstrap: int = 1000, seed: int = 0) -> DetectionReport:
+    """ROC-AUC and TPR@``fpr`` with percentile bootstrap intervals (positives and negatives
+    resampled separately, so each replicate keeps both classes)."""
+    pos = np.asarray(positive_scores, dtype=np.float64).ravel()
+    neg = np.asarray(negative_scores, dtype=np.float64).ravel()
+    if len(pos) == 0 or len(neg) == 0:
+        raise ValueError(f"need at least one positive and one negative score, got {len(pos)} and {len(neg)}")
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        raise ValueError("scores must be finite numbers")
+    if not 0.0 < fpr < 1.0 or not 0.0 < confidence < 1.0:
+        raise ValueError("fpr and confidence must lie strictly between 0 and 1")
+
+    def stats(p: np.ndarray, n: np.ndarray) -> tuple[float, float]:
+        labels = np.r_[np.ones(len(p)), np.zeros(len(n))]
+        scores = np.r_[p, n]
+        return float(roc_auc_score(labels, scores)), tpr_at_fpr(labels, scores, fpr)
+
+    auc, tpr = stats(pos, neg)
+    rng = np.random.default_rng(seed)
+    boot = np.array([stats(rng.choice(pos, len(pos)), rng.choice(neg, len(neg))) for _ in range(num_bootstrap)])
+    lo, hi = (1 - confidence) / 2 * 100, (1 + confidence) / 2 * 100
+    auc_ci = tuple(float(v) for v in np.percentile(boot[:, 0], [lo, hi]))
+    tpr_ci = tuple(float(v) for v in np.percentile(boot[:, 1], [lo, hi]))
+    return DetectionReport(auc, auc_ci, tpr, tpr_ci, fpr, len(pos), len(neg), confidence, num_bootstrap)

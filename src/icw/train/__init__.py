@@ -1,0 +1,1 @@
+"""Training: cold-start synthesis, SDLP (self-distillation with logit perturbation), GRPO."""
