@@ -23,3 +23,8 @@ __all__ = [
     "verify",
     "vocabulary",
 ]
+
+# pipeline("icw-detection"): registered with transformers once its pipelines module is loaded
+from .pipeline import install_registration as _install_pipeline  # noqa: E402
+
+_install_pipeline()

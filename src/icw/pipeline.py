@@ -1,0 +1,255 @@
+"""``pipeline("icw-detection")``: the ICW verifiers behind the transformers pipeline API.
+
+A detector needs only a tokenizer, never LLM weights. The pipeline accepts:
+
+* a tokenizer object (the offline way in, e.g. ``icw.models.load_tokenizer("qwen3")``);
+* a Hub model id or a local model folder: transformers reads its ``config.json``, then
+  :class:`ICWTokenizerOnlyModel` (registered as the task's model class, so it is tried first)
+  loads the tokenizer and nothing else.
+
+Plain aliases such as ``"qwen3"`` cannot go through ``pipeline()``, which resolves every string
+with ``AutoConfig``; use :func:`detector` for them.
+
+Scores come from :func:`icw.verify.verify` (no second implementation), so they agree number for
+number with ``icw detect``.
+
+Example:
+    >>> import icw
+    >>> from transformers import pipeline
+    >>> from icw.models import load_tokenizer
+    >>> det = pipeline("icw-detection", model=load_tokenizer("gpt2"), key="icw:sa:seed=1,secret=HI")
+    >>> det("Hello there. It works.")["num_aligned"]
+    2
+
+Registration: transformers has no plugin hook for pipelines, and importing
+``transformers.pipelines`` costs seconds, so ``import icw`` does not import it. It registers the
+task at once when transformers' pipelines are already loaded, and otherwise the moment they are
+imported (a one-shot import hook), so ``pipeline("icw-detection", ...)`` always finds it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+TASK = "icw-detection"
+#: The model whose tokenizer ``pipeline("icw-detection")`` uses when none is given (online only).
+DEFAULT_MODEL = ("HuggingFaceTB/SmolLM2-135M-Instruct", "main")
+#: Fields of :class:`~icw.verify.VerificationResult` every output carries.
+OUTPUT_FIELDS = ("family", "z_score", "p_value", "is_watermarked", "num_tokens_scored", "num_aligned", "alpha",
+                 "p_value_method", "key", "note")
+
+
+class ICWTokenizerOnlyModel:
+    """A stand-in "model" holding only a tokenizer (and the config, when one was read).
+
+    transformers' ``Pipeline`` wants a model object; the verifiers need only the tokenizer, so this
+    holder satisfies the pipeline's device/dtype protocol without any weights.
+    """
+
+    input_modalities = ("text",)
+    output_modalities = ()
+    dtype = None
+    hf_device_map = None
+
+    def __init__(self, tokenizer: Any, config: Any = None, name_or_path: str | None = None) -> None:
+        if tokenizer is None or not callable(tokenizer):
+            raise TypeError(f"an ICW detector needs a Hugging Face tokenizer, got {type(tokenizer).__name__}")
+        self.tokenizer = tokenizer
+        self.config = config
+        self.name_or_path = name_or_path or getattr(tokenizer, "name_or_path", None)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, config: Any = None, **kwargs: Any) -> ICWTokenizerOnlyModel:
+        """Load the tokenizer of a Hub id or folder; model weights are never read."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        hub = {k: kwargs[k] for k in ("revision", "token", "local_files_only", "trust_remote_code", "cache_dir")
+               if kwargs.get(k) is not None}
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), **hub)
+        if config is None:  # pipeline() read it already but does not hand it over; it is a small JSON file
+            try:
+                config = AutoConfig.from_pretrained(str(name_or_path), **hub)
+            except (OSError, ValueError):
+                config = None
+        return cls(tokenizer, config=config, name_or_path=str(name_or_path))
+
+    @property
+    def device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    def to(self, *args: Any, **kwargs: Any) -> ICWTokenizerOnlyModel:
+        return self  # nothing to move: verification runs on the CPU
+
+    def can_generate(self) -> bool:
+        return False
+
+    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> None:
+        self.tokenizer.save_pretrained(save_directory)
+        if self.config is not None:
+            self.config.save_pretrained(save_directory)
+
+
+def _result_dict(result: Any, with_highlights: bool) -> dict[str, Any]:
+    out = {name: getattr(result, name) for name in OUTPUT_FIELDS}
+    if with_highlights:
+        out["highlights"] = [
+            {"start": h.start, "end": h.end, "text": h.text, "aligned": h.aligned, "label": h.label}
+            for h in result.highlights or []
+        ]
+    return out
+
+
+@lru_cache(maxsize=1)
+def _pipeline_class() -> type:
+    """Build the pipeline class on first use: its base class lives in ``transformers.pipelines``."""
+    from transformers.pipelines import Pipeline
+
+    from .keys import as_key, as_keys
+    from .verify import DEFAULT_ALPHA, verify
+
+    class ICWDetectionPipeline(Pipeline):
+        """Verify texts against ICW keys; one dict per text.
+
+        Call with a string (returns a dict) or a list of strings (returns a list), and per call
+        ``key=`` (one key, or one per text), ``alpha=`` and ``highlights=`` (default ``True``).
+        Every dict has ``family``, ``z_score`` (the paper's z), ``p_value`` (exact for TSP/WIP,
+        Monte Carlo for SA), ``is_watermarked`` (``p_value <= alpha``), ``num_tokens_scored``,
+        ``num_aligned`` and ``highlights`` (counted spans with character offsets).
+        """
+
+        _load_tokenizer = False  # ICWTokenizerOnlyModel loads it; a tokenizer passed as model is used as is
+        _load_processor = False
+        _load_image_processor = False
+        _load_feature_extractor = False
+        _load_video_processor = False
+
+        def __init__(self, model: Any, tokenizer: Any = None, key: Any = None, alpha: float = DEFAULT_ALPHA,
+                     highlights: bool = True, **kwargs: Any) -> None:
+            if not isinstance(model, ICWTokenizerOnlyModel):
+                # a tokenizer object passed as ``model=`` (the offline way in)
+                model = ICWTokenizerOnlyModel(tokenizer if model is None else model)
+            tokenizer = tokenizer if tokenizer is not None else model.tokenizer
+            kwargs.setdefault("device", -1)  # verification is CPU work; never touch an accelerator
+            super().__init__(model=model, tokenizer=tokenizer, **kwargs)
+            self.key = None if key is None else as_key(key)
+            self.alpha = alpha
+            self.highlights = highlights
+
+        def _sanitize_parameters(self, key: Any = None, alpha: float | None = None, highlights: bool | None = None,
+                                 **kwargs: Any) -> tuple[dict, dict, dict]:
+            if kwargs:
+                raise TypeError(f"unknown icw-detection argument(s) {sorted(kwargs)}; use key=, alpha=, highlights=")
+            forward = {k: v for k, v in (("key", key), ("alpha", alpha), ("highlights", highlights)) if v is not None}
+            return {}, forward, {}
+
+        def __call__(self, inputs: Any, *, key: Any = None, alpha: float | None = None,
+                     highlights: bool | None = None, batch_size: int | None = None, **kwargs: Any) -> Any:
+            """Detect in one text or a batch (verification is batched: one tokenizer call per batch)."""
+            self._sanitize_parameters(**kwargs)
+            key = key if key is not None else self.key
+            if key is None:
+                raise ValueError('no key: pass key=... to pipeline("icw-detection", key=...) or to the call')
+            alpha = self.alpha if alpha is None else alpha
+            highlights = self.highlights if highlights is None else highlights
+            if isinstance(inputs, str):
+                return self._forward({"texts": [inputs]}, key=as_keys(key, 1), alpha=alpha,
+                                     highlights=highlights)[0]
+            if isinstance(inputs, (list, tuple)):
+                if not inputs:
+                    raise ValueError("no texts to verify: pass a string or a non-empty list of strings")
+                keys = as_keys(key, len(inputs))
+                size = batch_size or self._batch_size or len(inputs)
+                out: list[dict] = []
+                for start in range(0, len(inputs), size):
+                    out += self._forward({"texts": list(inputs[start:start + size])},
+                                         key=keys[start:start + size], alpha=alpha, highlights=highlights)
+                return out
+            raise TypeError(f"icw-detection takes a string or a list of strings, got {type(inputs).__name__}")
+
+        def preprocess(self, text: str, **kwargs: Any) -> dict[str, Any]:
+            return {"texts": [text]}
+
+        def _forward(self, model_inputs: dict[str, Any], key: Any = None, alpha: float = DEFAULT_ALPHA,
+                     highlights: bool = True) -> list[dict[str, Any]]:
+            key = self.key if key is None else key
+            results = verify(model_inputs["texts"], key, self.tokenizer, alpha=alpha, highlights=highlights)
+            return [_result_dict(r, highlights) for r in results]
+
+        def postprocess(self, model_outputs: list[dict[str, Any]], **kwargs: Any) -> Any:
+            return model_outputs[0] if len(model_outputs) == 1 else model_outputs
+
+    ICWDetectionPipeline.__module__ = __name__
+    return ICWDetectionPipeline
+
+
+def register() -> None:
+    """Register ``"icw-detection"`` with transformers' ``PIPELINE_REGISTRY`` (idempotent)."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    if TASK in PIPELINE_REGISTRY.supported_tasks:
+        return
+    PIPELINE_REGISTRY.register_pipeline(
+        TASK, pipeline_class=_pipeline_class(), pt_model=ICWTokenizerOnlyModel,
+        default={"model": DEFAULT_MODEL}, type="text",
+    )
+
+
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """One-shot import hook: runs :func:`register` right after ``transformers.pipelines`` loads."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "transformers.pipelines":
+            return None
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_register(module: Any) -> None:
+            exec_module(module)
+            register()
+
+        spec.loader.exec_module = exec_and_register
+        return spec
+
+
+def install_registration() -> None:
+    """Called by ``import icw``: register now if transformers' pipelines are loaded, else on their import."""
+    if "transformers.pipelines" in sys.modules:
+        register()
+    elif not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport())
+
+
+def detector(key: Any = None, tokenizer: Any = "qwen3", **kwargs: Any) -> Any:
+    """``pipeline("icw-detection")`` for a tokenizer alias (``qwen3``, ``gpt2``, ``smollm2``), folder or object.
+
+    ``tokenizer=None`` uses the tokenizer named in the key.
+    """
+    from transformers import pipeline
+
+    from .keys import as_key
+    from .models import load_tokenizer
+
+    register()
+    if tokenizer is None:
+        if key is None or as_key(key).tokenizer is None:
+            raise ValueError("pass tokenizer=..., or a TSP/WIP key that names its tokenizer")
+        tokenizer = as_key(key).tokenizer
+    if isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer)
+    return pipeline(TASK, model=tokenizer, key=key, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ICWDetectionPipeline":
+        return _pipeline_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
