@@ -1,0 +1,493 @@
+r"""Self-Distillation with Logit Perturbation (SDLP), the paper's Section 4.2.
+
+The teacher is the frozen base model; it sees the query alone (chat template, no instruction)
+and the response prefix, and its logits get the family's perturbation ``Delta_t``. The
+student sees instruction + query and the same response prefix. The loss, per response token,
+is the KL divergence between the teacher's and the student's distributions, both restricted
+to the teacher's top-``k`` support ``I_t`` and renormalized there (paper eq. 5-6):
+
+    p~T(v) = softmax(l^T_t + Delta_t)[v] / sum_{v' in I_t} ...      (v in I_t)
+    p~S(v) = softmax(l^S_t)[v]           / sum_{v' in I_t} ...
+    L      = mean_batch sum_t KL(p~T_t || p~S_t)
+
+Because both are renormalized on ``I_t``, only the top-``k`` teacher logits and the
+student's logits gathered on ``I_t`` enter the loss (log-softmax over ``k`` values); with
+``k = None`` the support is the whole vocabulary. Rows of ``D_H0`` have ``Delta_t = 0`` and
+a student that sees the query alone.
+
+Memory: the trainer never asks the model for full logits. It captures the decoder's final
+hidden states, gathers the response positions, and applies the output head in chunks of
+positions, so each chunk holds at most a ``(chunk, V)`` float32 teacher tensor (freed after
+its top-``k``) and the student's chunk logits; the top-``k`` path saves nothing of size
+``V`` for backward, and the full-vocabulary path recomputes its chunk under activation
+checkpointing. With LoRA the teacher is the same weights with the adapter disabled (one
+copy of the model); full fine-tuning keeps a frozen copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+from transformers import Trainer, TrainingArguments
+
+from ..generation import chat_prompt
+from ..keys import FAMILIES, ICWKey, as_key, green_mask
+from ..text import START, SentenceState, advance
+from ..vocab import VocabularyView, vocabulary
+
+#: Training-time perturbation strengths of the reference implementation (synthesis uses 3/3/8).
+TRAIN_DELTA = {"tsp": 5.0, "wip": 3.0, "sa": 8.0}
+#: Teacher top-k per family in the reference implementation (None: the full vocabulary).
+TRAIN_TOP_K: dict[str, int | None] = {"tsp": 1000, "wip": None, "sa": 1000}
+
+
+# ------------------------------------------------------------------------------------ config
+@dataclass
+class SDLPConfig(TrainingArguments):
+    r"""Configuration of :class:`SDLPTrainer`: ``transformers.TrainingArguments`` plus the SDLP fields.
+
+    The defaults follow the paper's reference run (lr 7e-6, batch 8, training deltas TSP 5.0,
+    WIP 3.0, SA 8.0; top-k 1000 for TSP and SA and the full vocabulary for WIP).
+    """
+
+    learning_rate: float = field(default=7e-6, metadata={"help": "Initial AdamW learning rate (paper: 7e-6)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Rows per device per step (paper: 8)."})
+    num_train_epochs: float = field(default=2.0, metadata={"help": "Epochs over D_cs (paper: 2-3)."})
+    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Keep the dataset columns: the collator needs family, key and the token ids."})
+    delta_tsp: float = field(default=TRAIN_DELTA["tsp"], metadata={"help": "Teacher bias strength for TSP rows."})
+    delta_wip: float = field(default=TRAIN_DELTA["wip"], metadata={"help": "Teacher bias strength for WIP rows."})
+    delta_sa: float = field(default=TRAIN_DELTA["sa"], metadata={"help": "Teacher bias strength for SA rows."})
+    top_k_tsp: int = field(default=1000, metadata={"help": "Teacher top-k support for TSP rows (0: full vocabulary)."})
+    top_k_wip: int = field(default=0, metadata={"help": "Teacher top-k support for WIP rows (0: full vocabulary)."})
+    top_k_sa: int = field(default=1000, metadata={"help": "Teacher top-k support for SA rows (0: full vocabulary)."})
+    max_response_length: int = field(
+        default=1024, metadata={"help": "Response tokens kept per row (EOS included); longer responses are cut."})
+    max_prompt_length: int = field(
+        default=32768, metadata={"help": "Longest student prompt accepted; a longer one raises (use a smaller TSP "
+                                         "pool_size for small-context models)."})
+    loss_chunk_size: int = field(
+        default=256, metadata={"help": "Response positions per chunk when applying the output head in the loss; "
+                                       "bounds the (chunk, vocab) tensors alive at once."})
+    instruction_template: str | None = field(
+        default=None, metadata={"help": "Custom instruction template for the student (default: the paper's)."})
+    model_init_kwargs: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Keyword arguments of from_pretrained when the model is given as a path."})
+
+    def delta(self, family: str) -> float:
+        return float(getattr(self, f"delta_{family}"))
+
+    def top_k(self, family: str) -> int | None:
+        k = int(getattr(self, f"top_k_{family}"))
+        return k if k > 0 else None
+
+
+# ------------------------------------------------------------------------------------- loss
+def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
+                   top_k: int | None) -> torch.Tensor:
+    """Per-position KL(p~T || p~S) with ``teacher_logits`` already perturbed (float32, no grad).
+
+    ``student_logits`` may be a callable so the student's chunk is materialized only after
+    the teacher's full-vocabulary tensor has been reduced to its top-k.
+    """
+    if top_k is None or top_k >= teacher_logits.shape[-1]:
+        teacher_logp = torch.log_softmax(teacher_logits, dim=-1)
+        del teacher_logits
+        student = student_logits() if callable(student_logits) else student_logits
+        student_logp = torch.log_softmax(student.float(), dim=-1)
+    else:
+        values, support = teacher_logits.topk(top_k, dim=-1)
+        del teacher_logits
+        teacher_logp = torch.log_softmax(values, dim=-1)
+        student = student_logits() if callable(student_logits) else student_logits
+        student_logp = torch.log_softmax(student.gather(-1, support).float(), dim=-1)
+    return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1)
+
+
+def sdlp_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, response_mask: torch.Tensor | None = None,
+              delta: torch.Tensor | None = None, top_k: int | None = 1000) -> torch.Tensor:
+    r"""The SDLP loss on explicit logits: ``mean_b sum_t KL(p~T_bt || p~S_bt)`` (paper eq. 5-6).
+
+    Args:
+        student_logits: ``(B, T, V)`` student logits at the response positions.
+        teacher_logits: ``(B, T, V)`` teacher logits at the same positions (treated as constants).
+        response_mask: ``(B, T)``, 1 on response tokens, 0 on padding (default: all ones).
+        delta: ``(B, T, V)`` or ``(B, 1, V)`` perturbation added to the teacher's logits (0 if None).
+        top_k: teacher support size ``k``; ``None`` uses the full vocabulary.
+
+    Example:
+        >>> s, t = torch.randn(2, 3, 50), torch.randn(2, 3, 50)
+        >>> bool(sdlp_loss(t.clone(), t, top_k=5).abs() < 1e-6)
+        True
+    """
+    teacher = teacher_logits.detach().float()
+    if delta is not None:
+        teacher = teacher + delta.float()
+    kl = _kl_on_support(teacher, student_logits, top_k)
+    if response_mask is not None:
+        kl = kl * response_mask.to(kl.dtype)
+    return kl.sum(-1).mean()
+
+
+# ------------------------------------------------------------------------- perturbation
+def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView, max_misses: int = 3) -> list[int]:
+    r"""Replay the SA perturbation along a response with teacher forcing.
+
+    Returns, per response position ``t``, which row of :func:`sa_bias_table` is ``Delta_t``:
+    ``c`` (0-25) when ``y_<t`` leaves a sentence open and the target is letter ``c``,
+    ``26 + c`` right after ``[.!?]`` (whitespace must come first), ``-1`` when inactive.
+    This is the state machine of :class:`~icw.processors.SentenceAcrosticLogitsProcessor`
+    (target index ``tau``, miss counter ``f``), run over known tokens instead of sampled ones.
+    """
+    secret = secret.upper()
+    state: SentenceState = START
+    tau = misses = 0
+    moves: dict[tuple[SentenceState, int], tuple[SentenceState, str]] = {}
+    codes: list[int] = []
+    for token in response_ids:
+        if tau < len(secret) and state.opens_sentence:
+            codes.append(ord(secret[tau]) - 65)
+        elif tau < len(secret) and state.ends_sentence:
+            codes.append(26 + ord(secret[tau]) - 65)
+        else:
+            codes.append(-1)
+        move = moves.get((state, token))
+        if move is None:
+            surface = view.surfaces[token] if 0 <= token < view.size else ""
+            new, found = advance(state, surface)
+            move = moves[(state, token)] = (new, "".join(c for _, c in found))
+        state, letters = move
+        for letter in letters:
+            if tau >= len(secret):
+                break
+            if letter == secret[tau] or misses + 1 >= max_misses:
+                tau, misses = tau + 1, 0
+            else:
+                misses += 1
+    return codes
+
+
+def sa_bias_table(view: VocabularyView) -> np.ndarray:
+    """``(52, |V|)`` boolean rows of the SA bias: tokens opening a sentence with each letter,
+    then the same restricted to tokens that start with whitespace (used right after ``[.!?]``)."""
+    lead = view.lead_letter
+    table = np.zeros((52, view.size), dtype=bool)
+    for c in range(26):
+        table[c] = lead == c
+        table[26 + c] = (lead == c) & view.lead_space
+    return table
+
+
+# --------------------------------------------------------------------------- tokenization
+def tokenize_row(row: dict[str, Any], tokenizer: Any, template: str | None = None,
+                 max_response_length: int = 1024, max_prompt_length: int | None = None) -> dict[str, Any]:
+    """Token ids of one ``D_cs`` row: teacher prompt (query alone), student prompt
+    (instruction + query, or the query alone on ``D_H0`` rows) and response + EOS.
+
+    Prompt and response are tokenized separately so both sides share the response ids exactly.
+    """
+    query, key_text = row["query"], row.get("key") or ""
+    watermarked = bool(row.get("label", 1)) and bool(key_text)
+    teacher_prompt = chat_prompt(tokenizer, query)
+    student_prompt = chat_prompt(tokenizer, as_key(key_text).prompt(query, tokenizer, template)) if watermarked \
+        else teacher_prompt
+    ids = tokenizer([teacher_prompt, student_prompt], add_special_tokens=False)["input_ids"]
+    if max_prompt_length is not None and len(ids[1]) > max_prompt_length:
+        raise ValueError(f"a student prompt has {len(ids[1])} tokens, more than max_prompt_length={max_prompt_length}: "
+                         "raise it, or build TSP keys with a smaller pool_size for small-context models")
+    response = tokenizer(row["response"], add_special_tokens=False)["input_ids"][: max(max_response_length - 1, 0)]
+    return {"teacher_prompt_ids": ids[0], "student_prompt_ids": ids[1],
+            "response_ids": response + [tokenizer.eos_token_id], "watermarked": watermarked}
+
+
+def tokenize_dataset(dataset: Any, tokenizer: Any, template: str | None = None, max_response_length: int = 1024,
+                     max_prompt_length: int | None = None) -> Any:
+    """:func:`tokenize_row` over a ``datasets.Dataset`` of ``D_cs`` (columns family, key, query, response, label)."""
+    missing = {"family", "query", "response"} - set(dataset.column_names)
+    if missing:
+        raise ValueError(f"the SDLP dataset lacks column(s) {sorted(missing)}: build it with `icw train synthesize`")
+    return dataset.map(tokenize_row, fn_kwargs={"tokenizer": tokenizer, "template": template,
+                                                "max_response_length": max_response_length,
+                                                "max_prompt_length": max_prompt_length},
+                       desc="tokenizing D_cs")
+
+
+# ------------------------------------------------------------------------------ collator
+class SDLPCollator:
+    """Pads teacher and student sequences (right padding) and builds the perturbation.
+
+    Output keys: ``teacher_input_ids``/``teacher_attention_mask``/``teacher_positions`` and the
+    same for the student, where ``*_positions[b, t]`` is the index whose logits predict response
+    token ``t``; ``response_mask`` ``(B, T)``; the perturbation as a boolean table ``bias_rows``
+    ``(M, V)`` with strengths ``bias_values`` ``(M,)`` and ``bias_index`` ``(B, T)`` (row 0 is
+    all False: no bias); ``top_k`` ``(B,)`` (0: full vocabulary).
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, config: SDLPConfig | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.view = vocabulary(tokenizer)
+        self.vocab_size = int(vocab_size)
+        self.config = config or SDLPConfig(output_dir="sdlp", report_to="none")
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._sa_table: np.ndarray | None = None
+
+    def _width(self, mask: np.ndarray) -> np.ndarray:
+        if mask.shape[-1] >= self.vocab_size:
+            return mask[..., : self.vocab_size]
+        pad = [(0, 0)] * (mask.ndim - 1) + [(0, self.vocab_size - mask.shape[-1])]
+        return np.pad(mask, pad)
+
+    def _pad(self, seqs: list[list[int]], value: int) -> torch.Tensor:
+        width = max(len(s) for s in seqs)
+        return torch.tensor([list(s) + [value] * (width - len(s)) for s in seqs], dtype=torch.long)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        responses = [list(f["response_ids"]) for f in features]
+        width = max(len(r) for r in responses)
+        batch: dict[str, torch.Tensor] = {}
+        for side in ("teacher", "student"):
+            prompts = [list(f[f"{side}_prompt_ids"]) for f in features]
+            seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
+            batch[f"{side}_input_ids"] = self._pad(seqs, self.pad_id)
+            batch[f"{side}_attention_mask"] = self._pad([[1] * len(s) for s in seqs], 0)
+            # logits at position P-1+t predict response token t; padding positions point at P-1 (masked anyway)
+            batch[f"{side}_positions"] = torch.tensor(
+                [[len(p) - 1 + min(t, len(r) - 1) for t in range(width)] for p, r in zip(prompts, responses, strict=True)])
+        batch["response_mask"] = self._pad([[1] * len(r) for r in responses], 0).float()
+
+        rows: list[np.ndarray] = [np.zeros(self.vocab_size, dtype=bool)]
+        values: list[float] = [0.0]
+        index = torch.zeros(len(features), width, dtype=torch.long)
+        top_k = []
+        sa_offset = None
+        for b, f in enumerate(features):
+            family = f["family"]
+            k = cfg.top_k(family)
+            top_k.append(0 if k is None else k)
+            if not f.get("watermarked", bool(f.get("key"))):
+                continue
+            key = as_key(f["key"])
+            if family == "sa":
+                if sa_offset is None:
+                    if self._sa_table is None:
+                        self._sa_table = self._width(sa_bias_table(self.view))
+                    sa_offset = len(rows)
+                    rows.extend(self._sa_table)
+                    values.extend([cfg.delta("sa")] * 52)
+                codes = sa_bias_codes(key.secret_string, responses[b], self.view)
+                index[b, : len(codes)] = torch.tensor([0 if c < 0 else sa_offset + c for c in codes])
+            else:
+                rows.append(self._width(green_mask(key, key.check_tokenizer(self.tokenizer))))
+                values.append(cfg.delta(family))
+                index[b, : len(responses[b])] = len(rows) - 1
+        batch["bias_rows"] = torch.from_numpy(np.stack(rows))
+        batch["bias_values"] = torch.tensor(values, dtype=torch.float32)
+        batch["bias_index"] = index * batch["response_mask"].long()
+        batch["top_k"] = torch.tensor(top_k, dtype=torch.long)
+        return batch
+
+
+# ------------------------------------------------------------------------------- trainer
+def _unwrap(model: Any) -> Any:
+    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+        model = model.module
+    return model
+
+
+def _final_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden states ``(B, L, H)``, taken by a hook during a normal forward
+    (so DDP/DeepSpeed wrappers see a forward) that asks the head for one position only."""
+    decoder = _unwrap(model).get_decoder()
+    captured: dict[str, torch.Tensor] = {}
+
+    def hook(_module: Any, _args: Any, output: Any) -> None:
+        captured["h"] = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+    handle = decoder.register_forward_hook(hook)
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, use_cache=False)
+    finally:
+        handle.remove()
+    return captured["h"]
+
+
+def _head_fn(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    unwrapped = _unwrap(model)
+    head = unwrapped.get_output_embeddings()
+    config = getattr(unwrapped, "config", None)
+    cap = getattr(config.get_text_config() if config is not None else None, "final_logit_softcapping", None)
+
+    def apply(hidden: torch.Tensor) -> torch.Tensor:
+        logits = head(hidden)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    return apply
+
+
+def chunked_sdlp_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, student_head: Callable,
+                      teacher_head: Callable, response_mask: torch.Tensor, bias_rows: torch.Tensor,
+                      bias_values: torch.Tensor, bias_index: torch.Tensor, top_k: torch.Tensor,
+                      chunk_size: int = 256) -> torch.Tensor:
+    """The SDLP loss from hidden states at the response positions (``(B, T, H)`` each), applying
+    the output heads chunk by chunk over the ``N`` real response positions.
+
+    ``top_k[b] == 0`` means the full vocabulary for row ``b``; the full-vocabulary path runs each
+    chunk under activation checkpointing so nothing of size ``V`` is kept for backward.
+    """
+    batch = response_mask.shape[0]
+    mask = response_mask.bool()
+    rows = torch.arange(batch, device=mask.device)[:, None].expand_as(mask)[mask]
+    s_h, t_h, b_idx = student_hidden[mask], teacher_hidden[mask], bias_index[mask]
+    k_pos = top_k.to(mask.device)[rows]
+    total = student_hidden.new_zeros((), dtype=torch.float32)
+
+    def teacher_logits(h: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            logits = teacher_head(h).float()
+            delta = bias_rows[b].to(logits.dtype)
+            delta.mul_(bias_values.to(logits.device)[b, None])
+            return logits.add_(delta)
+
+    def full_vocab(h_s: torch.Tensor, h_t: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _kl_on_support(teacher_logits(h_t, b), lambda: student_head(h_s), None).sum()
+
+    for k in torch.unique(k_pos).tolist():
+        sel = torch.nonzero(k_pos == k).squeeze(-1)
+        for start in range(0, len(sel), chunk_size):
+            part = sel[start : start + chunk_size]
+            if k == 0:
+                if torch.is_grad_enabled():
+                    total = total + checkpoint(full_vocab, s_h[part], t_h[part], b_idx[part], use_reentrant=False)
+                else:
+                    total = total + full_vocab(s_h[part], t_h[part], b_idx[part])
+            else:
+                t_logits = teacher_logits(t_h[part], b_idx[part])
+                total = total + _kl_on_support(t_logits, lambda p=part: student_head(s_h[p]), int(k)).sum()
+    return total / batch
+
+
+class SDLPTrainer(Trainer):
+    r"""Trains a student to match the logit-perturbed, instruction-free teacher (see module docstring).
+
+    Args:
+        model: the model (or a path for ``from_pretrained``); it is both student and, frozen, teacher.
+        args: an :class:`SDLPConfig`.
+        train_dataset: ``D_cs`` as written by :func:`icw.train.synthesis.synthesize` (columns family,
+            key, query, response, label); tokenized here unless it already has ``response_ids``.
+        processing_class: the tokenizer.
+        peft_config: a ``peft`` config; the teacher is then the model with its adapter disabled.
+        teacher_model: an explicit frozen teacher (default: the base model itself).
+
+    Example:
+        >>> trainer = SDLPTrainer(model, SDLPConfig(output_dir="out"), train_dataset=ds, processing_class=tok)
+        >>> trainer.train()
+    """
+
+    def __init__(self, model: Any, args: SDLPConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
+                 processing_class: Any = None, peft_config: Any = None, teacher_model: Any = None,
+                 callbacks: list | None = None, **kwargs: Any) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        args = args or SDLPConfig(output_dir="sdlp-output")
+        if isinstance(model, str):
+            model = AutoModelForCausalLM.from_pretrained(model, **(args.model_init_kwargs or {}))
+        if processing_class is None:
+            processing_class = AutoTokenizer.from_pretrained(model.config._name_or_path)
+        if processing_class.pad_token is None:
+            processing_class.pad_token = processing_class.eos_token
+        self.uses_adapter = peft_config is not None or hasattr(model, "disable_adapter")
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, peft_config)
+        if teacher_model is None and not self.uses_adapter:
+            teacher_model = copy.deepcopy(model)  # full fine-tuning: a frozen copy of the base weights
+        if teacher_model is not None:
+            teacher_model.eval().requires_grad_(False)
+
+        def prepare(ds: Any) -> Any:
+            if ds is None or "response_ids" in ds.column_names:
+                return ds
+            return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
+                                    args.max_prompt_length)
+
+        vocab = model.config.get_text_config().vocab_size
+        super().__init__(model=model, args=args, data_collator=SDLPCollator(processing_class, vocab, args),
+                         train_dataset=prepare(train_dataset), eval_dataset=prepare(eval_dataset),
+                         processing_class=processing_class, callbacks=callbacks, **kwargs)
+        self.model_accepts_loss_kwargs = False  # our loss is already a batch mean; Trainer scales for accumulation
+        self.teacher_model = teacher_model
+        if teacher_model is not None:
+            if self.is_deepspeed_enabled:
+                from trl.models.utils import prepare_deepspeed
+
+                self.teacher_model = prepare_deepspeed(teacher_model, self.accelerator)
+            elif self.is_fsdp_enabled:
+                from trl.models.utils import prepare_fsdp
+
+                self.teacher_model = prepare_fsdp(teacher_model, self.accelerator)
+            else:
+                self.teacher_model = teacher_model.to(self.accelerator.device)
+
+    def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
+        with torch.no_grad():
+            if self.teacher_model is not None:
+                hidden = _final_hidden(self.teacher_model, inputs["teacher_input_ids"], inputs["teacher_attention_mask"])
+                return hidden, _head_fn(self.teacher_model)
+            with _unwrap(model).disable_adapter():
+                hidden = _final_hidden(model, inputs["teacher_input_ids"], inputs["teacher_attention_mask"])
+            return hidden, _head_fn(model)
+
+    def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> torch.Tensor | tuple[torch.Tensor, dict]:
+        t_hidden, t_head = self._teacher_hidden(model, inputs)
+        s_hidden = _final_hidden(model, inputs["student_input_ids"], inputs["student_attention_mask"])
+        gather = lambda h, pos: h.gather(1, pos[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
+        loss = chunked_sdlp_loss(
+            gather(s_hidden, inputs["student_positions"]), gather(t_hidden, inputs["teacher_positions"]).detach(),
+            _head_fn(model), t_head, inputs["response_mask"], inputs["bias_rows"], inputs["bias_values"],
+            inputs["bias_index"], inputs["top_k"], self.args.loss_chunk_size)
+        return (loss, {}) if return_outputs else loss
+
+    def prediction_step(self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple:
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+
+def check_families(families: Sequence[str]) -> None:
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {sorted(unknown)}; choose from {FAMILIES}")
+
+
+def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any, delta: float | None = None,
+                  vocab_size: int | None = None) -> torch.Tensor:
+    """``Delta_t`` for every position of a response as a dense ``(T, V)`` tensor (for inspection
+    and tests; the trainer keeps it compact)."""
+    key = as_key(key)
+    view = key.check_tokenizer(tokenizer) if key.family != "sa" else vocabulary(tokenizer)
+    delta = TRAIN_DELTA[key.family] if delta is None else float(delta)
+    width = vocab_size or view.size
+    collator = SDLPCollator(tokenizer, width)
+    if key.family == "sa":
+        table = torch.from_numpy(collator._width(sa_bias_table(view))).float() * delta
+        codes = sa_bias_codes(key.secret_string, response_ids, view)
+        out = torch.zeros(len(codes), width)
+        for t, c in enumerate(codes):
+            if c >= 0:
+                out[t] = table[c]
+        return out
+    mask = torch.from_numpy(collator._width(green_mask(key, view))).float() * delta
+    return mask.expand(len(response_ids), -1).clone()
+

@@ -1,0 +1,176 @@
+"""SDLP loss, perturbation replay and collator alignment (tiny tensors and the tiny random Qwen3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from icw import ICWKey
+from icw.processors import SentenceAcrosticLogitsProcessor
+from icw.train.sdlp import (
+    SDLPCollator,
+    SDLPConfig,
+    chunked_sdlp_loss,
+    sa_bias_codes,
+    sdlp_loss,
+    teacher_delta,
+    tokenize_row,
+)
+from icw.vocab import vocabulary
+
+ANSWER = ("Bridges stand because forces balance. Engineers compute loads carefully! "
+          "However, wind matters too.\n\n- Steel resists tension. Concrete resists compression.")
+
+
+def _hand_kl(student: np.ndarray, teacher: np.ndarray, k: int | None) -> float:
+    """KL(p~T || p~S) for one position, written out with numpy."""
+    idx = np.argsort(-teacher)[:k] if k else np.arange(len(teacher))
+    pt = np.exp(teacher[idx] - teacher[idx].max())
+    pt /= pt.sum()
+    ps = np.exp(student[idx] - student[idx].max())
+    ps /= ps.sum()
+    return float((pt * np.log(pt / ps)).sum())
+
+
+@pytest.mark.parametrize("k", [3, None])
+def test_loss_equals_hand_computed_topk_kl(k):
+    gen = torch.Generator().manual_seed(0)
+    student, teacher = torch.randn(2, 4, 11, generator=gen), torch.randn(2, 4, 11, generator=gen)
+    delta = torch.zeros(2, 1, 11)
+    delta[0, 0, [1, 5]] = 2.0
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    expected = 0.0
+    for b in range(2):
+        for t in range(int(mask[b].sum())):
+            expected += _hand_kl(student[b, t].numpy(), (teacher[b, t] + delta[b, 0]).numpy(), k)
+    got = sdlp_loss(student, teacher, mask, delta, top_k=k)
+    assert got.item() == pytest.approx(expected / 2, rel=1e-5)
+
+
+def test_loss_is_zero_when_student_matches_perturbed_teacher_on_support():
+    gen = torch.Generator().manual_seed(1)
+    teacher, delta = torch.randn(3, 5, 40, generator=gen), 3.0 * (torch.rand(1, 1, 40, generator=gen) < 0.3)
+    target = teacher + delta
+    support = target.topk(8, dim=-1).indices
+    # off the support and up to a constant shift the student is free: renormalization ignores both
+    student = torch.randn(3, 5, 40, generator=gen) * 10
+    student.scatter_(-1, support, target.gather(-1, support) + 7.0)
+    assert sdlp_loss(student, teacher, delta=delta, top_k=8).item() == pytest.approx(0.0, abs=1e-5)
+    assert sdlp_loss(teacher + delta, teacher, delta=delta, top_k=None).item() == pytest.approx(0.0, abs=1e-5)
+    assert sdlp_loss(teacher, teacher, delta=delta, top_k=8).item() > 1e-3
+
+
+def test_gradients_flow_only_into_the_student():
+    gen = torch.Generator().manual_seed(2)
+    student = torch.randn(2, 3, 20, generator=gen, requires_grad=True)
+    teacher = torch.randn(2, 3, 20, generator=gen, requires_grad=True)
+    sdlp_loss(student, teacher, top_k=5).backward()
+    assert teacher.grad is None
+    assert student.grad is not None and student.grad.abs().sum() > 0
+    # the top-k loss touches the student only on the teacher's support
+    support = teacher.detach().topk(5, dim=-1).indices
+    off = torch.ones_like(student.grad, dtype=torch.bool).scatter_(-1, support, False)
+    assert student.grad[off].abs().max() == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_chunked_loss_from_hidden_states_matches_dense_loss(chunk):
+    gen = torch.Generator().manual_seed(3)
+    head_s, head_t = torch.nn.Linear(6, 30, bias=False), torch.nn.Linear(6, 30, bias=False)
+    hs, ht = torch.randn(3, 4, 6, generator=gen, requires_grad=True), torch.randn(3, 4, 6, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]]).float()
+    rows = torch.rand(3, 30, generator=gen) < 0.3
+    rows[0] = False
+    values = torch.tensor([0.0, 2.0, 5.0])
+    index = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0], [2, 1, 2, 0]])
+    top_k = torch.tensor([4, 0, 4])  # row 1 uses the full vocabulary
+    got = chunked_sdlp_loss(hs, ht, head_s, head_t, mask, rows, values, index, top_k, chunk_size=chunk)
+    delta = rows[index].float() * values[index][..., None]
+    s_logits, t_logits = head_s(hs), head_t(ht)
+    want = sum(sdlp_loss(s_logits[b : b + 1], t_logits[b : b + 1], mask[b : b + 1], delta[b : b + 1],
+                         top_k=int(top_k[b]) or None) for b in range(3)) / 3
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    got.backward()
+    assert head_t.weight.grad is None and head_s.weight.grad is not None and hs.grad is not None
+
+
+def _processor_replay(key, ids, tok, width):
+    """What SentenceAcrosticLogitsProcessor adds at each step when the sequence grows by ``ids``."""
+    proc = SentenceAcrosticLogitsProcessor(key, tok, delta=8.0)
+    prompt = [tok.eos_token_id]
+    out = []
+    for t in range(len(ids)):
+        seq = torch.tensor([prompt + ids[:t]])
+        out.append(proc(seq, torch.zeros(1, width))[0])
+    return torch.stack(out)
+
+
+def test_sa_replay_matches_the_processor_on_text(qwen3):
+    key = ICWKey.create("sa", seed=5, secret="BEHSCT")
+    ids = qwen3(ANSWER, add_special_tokens=False)["input_ids"] + [qwen3.eos_token_id]
+    want = _processor_replay(key, ids, qwen3, len(qwen3))
+    got = teacher_delta(key, ids, qwen3, delta=8.0, vocab_size=len(qwen3))
+    assert torch.equal(got, want)
+    assert (want.abs().sum(-1) > 0).sum() >= 5  # the replay is active at several sentence starts
+    codes = sa_bias_codes(key.secret_string, ids, vocabulary(qwen3))
+    assert codes[0] == ord("B") - 65  # the first token opens a sentence with the first letter
+
+
+class _Recorder(SentenceAcrosticLogitsProcessor):
+    def __call__(self, input_ids, scores):
+        out = super().__call__(input_ids, scores)
+        self.applied.append((out - scores)[0].clone())
+        return out
+
+
+def test_sa_replay_matches_what_the_processor_applied_during_generation(tiny_qwen):
+    model, tok = tiny_qwen
+    key = ICWKey.create("sa", seed=3)
+    rec = _Recorder(key, tok, delta=8.0)
+    rec.applied = []
+    enc = tok(["Why is the sky blue?"], return_tensors="pt")
+    torch.manual_seed(0)
+    out = model.generate(**enc, logits_processor=[rec], max_new_tokens=24, do_sample=True, pad_token_id=tok.eos_token_id)
+    ids = out[0, enc["input_ids"].shape[1] :].tolist()
+    applied = torch.stack(rec.applied)[: len(ids)]
+    width = applied.shape[-1]
+    replayed = teacher_delta(key, ids, tok, delta=8.0, vocab_size=width)[: len(applied)]
+    # (scores + delta) - scores is delta up to float rounding
+    assert torch.allclose(replayed, applied, atol=1e-4)
+    assert applied[0].abs().sum() > 0  # the first step opens a sentence: the bias was active
+
+
+@pytest.mark.parametrize("family", ["tsp", "wip"])
+def test_static_delta_is_the_green_mask(qwen3, family):
+    key = ICWKey.create(family, seed=2, tokenizer=qwen3, pool_size=400)
+    delta = teacher_delta(key, [1, 2, 3], qwen3, delta=5.0)
+    green = set(key.token_set(qwen3).tolist()) if family == "tsp" else None
+    nonzero = set(torch.nonzero(delta[0]).squeeze(-1).tolist())
+    if green is not None:
+        assert nonzero == green
+    assert torch.all(delta[delta != 0] == 5.0) and torch.equal(delta[0], delta[2])
+
+
+def test_collator_aligns_teacher_and_student_on_response_tokens(qwen3):
+    keys = [ICWKey.create("wip", seed=1, tokenizer=qwen3).to_string(), ICWKey.create("sa", seed=2).to_string(), ""]
+    rows = [{"family": f, "key": k, "query": "Why do cats purr?", "response": r, "label": int(bool(k))}
+            for f, k, r in [("wip", keys[0], "Cats purr when content."), ("sa", keys[1], ANSWER),
+                            ("tsp", keys[2], "No idea.")]]
+    feats = [{**r, **tokenize_row(r, qwen3)} for r in rows]
+    assert feats[2]["student_prompt_ids"] == feats[2]["teacher_prompt_ids"]  # D_H0: the query alone
+    assert len(feats[0]["student_prompt_ids"]) > len(feats[0]["teacher_prompt_ids"])
+    config = SDLPConfig(output_dir="unused", report_to="none")
+    batch = SDLPCollator(qwen3, len(qwen3) + 7, config)(feats)
+    for side in ("teacher", "student"):
+        ids, pos = batch[f"{side}_input_ids"], batch[f"{side}_positions"]
+        for b, f in enumerate(feats):
+            n = len(f["response_ids"])
+            assert ids[b, pos[b, :n] + 1].tolist() == f["response_ids"]
+    assert batch["bias_rows"].shape[1] == len(qwen3) + 7
+    assert batch["top_k"].tolist() == [0, 1000, 1000]
+    assert batch["bias_index"][2].abs().sum() == 0  # D_H0 rows: delta = 0
+    wip_rows = batch["bias_rows"][batch["bias_index"][0, 0]]
+    key = ICWKey.from_string(keys[0])
+    assert wip_rows[: len(qwen3)].numpy().sum() == int(
+        np.sum(vocabulary(qwen3).is_word & np.isin(vocabulary(qwen3).word_letter, [ord(c) - 65 for c in key.green_letters])))
