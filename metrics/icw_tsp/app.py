@@ -1,0 +1,10 @@
+"""Gradio Space for the icw_tsp metric (evaluate's built-in widget does not run on gradio >= 4)."""
+
+from pathlib import Path
+
+from icw.hub import metric_demo
+
+demo = metric_demo(Path(__file__).with_name("icw_tsp.py"))
+
+if __name__ == "__main__":
+    demo.launch()
