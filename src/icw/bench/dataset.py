@@ -1,0 +1,390 @@
+"""ICWBench as a ``datasets`` dataset: one config per family, ``test`` and ``train`` splits.
+
+``icw bench build --out DIR`` writes ``DIR/<family>/{test,train}-00000-of-00001.parquet`` and a
+dataset card whose ``configs:`` YAML makes ``datasets.load_dataset(DIR, "wip", split="test")``
+work offline; ``icw bench push DIR --repo-id ORG/NAME`` uploads it with ``push_to_hub``.
+
+Queries come from ``vblagoje/lfqa`` on the Hub (``--lfqa``: 500 evaluation queries, as in the
+paper) or, offline and by default, from the project's own question file (``icw/data/questions.jsonl``,
+about 200 open-ended questions written for icw). Every row gets its own key: test row ``i`` uses
+key seed ``TEST_SEED_START + i`` and train row ``i`` seed ``TRAIN_SEED_START + i``, so the two
+pools are disjoint and every key is reproducible from the family and the seed. The same test
+queries are used in every family.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..keys import FAMILIES, FAMILY_NAMES, ICWKey, check_family
+
+#: Key seeds of test rows start here, train rows at TRAIN_SEED_START: disjoint for < 1,000,000 rows.
+TEST_SEED_START = 0
+TRAIN_SEED_START = 1_000_000
+LFQA_ID = "vblagoje/lfqa"
+COLUMNS = ("id", "family", "seed", "key", "instruction", "query", "query_source")
+_BUILD_FILE = "icwbench_build.json"
+
+
+def bundled_questions_path() -> Path:
+    return Path(__file__).resolve().parents[1] / "data" / "questions.jsonl"
+
+
+@dataclass
+class BenchBuildConfig:
+    """Options of ``icw bench build``."""
+
+    out: str = field(metadata={"help": "output folder"})
+    questions: str | None = field(default=None, metadata={
+        "help": "question file: JSON Lines with a 'question' (or 'query') field, or plain text, one per line "
+                "(default: the bundled icw question file)"})
+    lfqa: bool = field(default=False, metadata={"help": f"take queries from {LFQA_ID} on the Hub (online)"})
+    num_test: int | None = field(default=None, metadata={
+        "help": "test queries (default: 500 with --lfqa, else half of the question file, at most 100)"})
+    num_train: int | None = field(default=None, metadata={"help": "train queries, disjoint from test (default: the rest, "
+                                                                  "at most 1000)"})
+    families: tuple[str, ...] = field(default=FAMILIES, metadata={"help": "families to build"})
+    tokenizer: str = field(default="qwen3", metadata={"help": "tokenizer TSP/WIP keys are built for"})
+    pool_size: int | None = field(default=None, metadata={
+        "help": "TSP candidate pool (the N lowest-id English tokens); default: all of V_en as in the paper"})
+    gamma: float = field(default=0.2, metadata={"help": "TSP green fraction"})
+    shuffle_seed: int = field(default=0, metadata={"help": "seed of the query shuffle before the test/train split"})
+
+    def __post_init__(self) -> None:
+        self.families = tuple(check_family(f) for f in self.families)
+        if not self.families:
+            raise ValueError("choose at least one family")
+        if self.questions and self.lfqa:
+            raise ValueError("pass either --questions FILE or --lfqa, not both")
+        for name in ("num_test", "num_train"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+        if self.num_test == 0:
+            raise ValueError("--num-test must be at least 1")
+        if (self.num_test or 0) > TRAIN_SEED_START - TEST_SEED_START:
+            raise ValueError(f"--num-test above {TRAIN_SEED_START - TEST_SEED_START:,} would overlap the train seeds")
+
+
+# --------------------------------------------------------------------------- queries
+def read_questions(path: str | Path) -> list[tuple[str, str]]:
+    """``(query, source)`` pairs from a JSON Lines or plain-text question file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"question file {path} not found")
+    name = "icw-questions" if path.resolve() == bundled_questions_path() else path.stem
+    out: list[tuple[str, str]] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+            text = row.get("question", row.get("query")) if isinstance(row, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{path}:{number}: expected a string 'question' or 'query' field")
+            out.append((text.strip(), f"{name}:{row.get('id', number - 1)}"))
+        else:
+            out.append((line, f"{name}:{number - 1}"))
+    if not out:
+        raise ValueError(f"question file {path} holds no questions")
+    return out
+
+
+def lfqa_queries(num_test: int, num_train: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Test queries sampled from LFQA's test split (topped up from validation), train from its train split."""
+    import datasets
+
+    def pairs(split: str) -> list[tuple[str, str]]:
+        ds = datasets.load_dataset(LFQA_ID, split=split)
+        return [(q.strip(), f"lfqa:{split}:{i}") for i, q in enumerate(ds["question"]) if q and q.strip()]
+
+    rng = np.random.default_rng(seed)
+    pool = pairs("test")
+    if len(pool) < num_test:
+        pool += pairs("validation")
+    if len(pool) < num_test:
+        raise ValueError(f"LFQA test+validation hold {len(pool)} queries, fewer than --num-test {num_test}")
+    test = [pool[i] for i in sorted(rng.permutation(len(pool))[:num_test])]
+    train_pool = pairs("train") if num_train else []
+    seen = {q for q, _ in test}
+    train_pool = [p for p in train_pool if p[0] not in seen]
+    train = [train_pool[i] for i in sorted(rng.permutation(len(train_pool))[:num_train])]
+    return test, train
+
+
+def split_queries(pairs: list[tuple[str, str]], num_test: int | None, num_train: int | None,
+                  seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Shuffle (seeded) and cut into disjoint test and train query lists; duplicates are dropped."""
+    unique = list(dict.fromkeys(pairs).keys())
+    seen: set[str] = set()
+    unique = [p for p in unique if not (p[0] in seen or seen.add(p[0]))]
+    order = np.random.default_rng(seed).permutation(len(unique))
+    shuffled = [unique[i] for i in order]
+    n_test = min(100, len(shuffled) // 2) if num_test is None else num_test
+    if n_test < 1 or n_test > len(shuffled):
+        raise ValueError(f"--num-test {n_test} needs at least that many questions; the file has {len(shuffled)}")
+    rest = shuffled[n_test:]
+    n_train = min(1000, len(rest)) if num_train is None else num_train
+    if n_train > len(rest):
+        raise ValueError(f"--num-train {n_train} exceeds the {len(rest)} questions left after {n_test} test queries")
+    return shuffled[:n_test], rest[:n_train]
+
+
+# ------------------------------------------------------------------------------ rows
+def build_rows(family: str, split: str, queries: list[tuple[str, str]], tokenizer: Any,
+               pool_size: int | None = None, gamma: float = 0.2, progress: bool = False) -> list[dict[str, Any]]:
+    """One row per query, each with its own key (seed ``TEST_SEED_START + i`` or ``TRAIN_SEED_START + i``)."""
+    from tqdm.auto import tqdm
+
+    family = check_family(family)
+    start = TEST_SEED_START if split == "test" else TRAIN_SEED_START
+    params: dict[str, Any] = {"gamma": gamma, "pool_size": pool_size} if family == "tsp" else {}
+    rows = []
+    for i, (query, source) in enumerate(tqdm(queries, desc=f"{family}/{split}", disable=not progress)):
+        key = ICWKey.create(family, start + i, tokenizer if family != "sa" else None, **params)
+        rows.append({"id": f"{family}-{split}-{i:05d}", "family": family, "seed": start + i, "key": key.to_string(),
+                     "instruction": key.instruction(tokenizer), "query": query, "query_source": source})
+    return rows
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+    import datasets
+
+    features = datasets.Features({c: datasets.Value("int64" if c == "seed" else "string") for c in COLUMNS})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(tmp))
+    os.replace(tmp, path)  # atomic: an interrupted build never leaves a half-written split
+
+
+def build(config: BenchBuildConfig, progress: bool = True) -> Path:
+    """Build ICWBench into ``config.out``; returns the folder. Re-running resumes: splits already
+    written by the same build settings are kept."""
+    from ..models import load_tokenizer
+
+    out = Path(config.out)
+    if config.lfqa:
+        num_test = 500 if config.num_test is None else config.num_test
+        num_train = 1000 if config.num_train is None else config.num_train
+        test_q, train_q = lfqa_queries(num_test, num_train, config.shuffle_seed)
+        source = LFQA_ID
+    else:
+        path = Path(config.questions) if config.questions else bundled_questions_path()
+        test_q, train_q = split_queries(read_questions(path), config.num_test, config.num_train, config.shuffle_seed)
+        source = "icw-questions" if not config.questions else str(path)
+    tokenizer = load_tokenizer(config.tokenizer)
+    settings = {**asdict(config), "out": None, "families": list(config.families),
+                "queries": hashlib.sha256(json.dumps([test_q, train_q]).encode()).hexdigest()[:16]}
+    done: dict[str, Any] = {}
+    record = out / _BUILD_FILE
+    if record.is_file():
+        previous = json.loads(record.read_text(encoding="utf-8"))
+        if previous.get("settings") == settings:
+            done = previous.get("written", {})
+    out.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, dict[str, int]] = {}
+    for family in config.families:
+        counts[family] = {}
+        for split, queries in (("test", test_q), ("train", train_q)):
+            path = out / family / f"{split}-00000-of-00001.parquet"
+            counts[family][split] = len(queries)
+            if done.get(f"{family}/{split}") == len(queries) and path.is_file():
+                continue
+            _write_parquet(build_rows(family, split, queries, tokenizer, config.pool_size, config.gamma, progress),
+                           path)
+            done[f"{family}/{split}"] = len(queries)
+            record.write_text(json.dumps({"settings": settings, "written": done}, indent=1), encoding="utf-8")
+    (out / "README.md").write_text(dataset_card(config, counts, source, tokenizer), encoding="utf-8")
+    return out
+
+
+# ------------------------------------------------------------------------------ card
+_CITATION = """@article{liu2026icwsd,
+  title={Learning to Follow In-Context Watermark Instructions via Self-Distillation},
+  author={Liu, Yepeng and Chen, Tianyi and Zhao, Xuandong and Song, Dawn and Bu, Yuheng},
+  year={2026}
+}"""
+
+
+def card_metadata(families: list[str], counts: dict[str, dict[str, int]], lfqa: bool) -> dict[str, Any]:
+    """The card's YAML header: ``configs:`` (one per family, test/train parquet files) and tags."""
+    total = sum(sum(c.values()) for c in counts.values())
+    size = "n<1K" if total < 1000 else "1K<n<10K" if total < 10_000 else "10K<n<100K"
+    return {
+        "license": "other" if lfqa else "apache-2.0",
+        "language": ["en"],
+        "pretty_name": "ICWBench",
+        "size_categories": [size],
+        "task_categories": ["text-generation"],
+        "tags": ["watermarking", "in-context-watermarking", "instruction-following", "icw"],
+        "configs": [{"config_name": f, "data_files": [{"split": s, "path": f"{f}/{s}-*.parquet"}
+                                                      for s in ("test", "train") if counts[f].get(s)]}
+                    for f in families],
+    }
+
+
+def dataset_card(config: BenchBuildConfig, counts: dict[str, dict[str, int]], source: str, tokenizer: Any) -> str:
+    import yaml
+
+    from ..vocab import vocabulary
+
+    meta = card_metadata(list(config.families), counts, config.lfqa)
+    view = vocabulary(tokenizer)
+    table = "\n".join(f"| {f} | {FAMILY_NAMES[f]} | {counts[f]['test']} | {counts[f]['train']} |" for f in config.families)
+    pool = "all of V_en, as in the paper" if config.pool_size is None else f"the {config.pool_size} lowest-id V_en tokens"
+    if config.lfqa:
+        queries = (f"Queries come from [{LFQA_ID}](https://huggingface.co/datasets/{LFQA_ID}) (long-form question "
+                   "answering): test queries are sampled from its test split (topped up from validation), train "
+                   "queries from its train split, disjoint from the test queries. The queries keep the license "
+                   "and terms of that dataset; the keys and instructions added here are Apache-2.0.")
+    else:
+        queries = ("Queries come from the icw question file (open-ended \"explain like I'm five\" style questions "
+                   "written for the icw project, Apache-2.0), shuffled with seed "
+                   f"{config.shuffle_seed} and cut into disjoint test and train sets.")
+    return f"""---
+{yaml.safe_dump(meta, sort_keys=False).strip()}
+---
+
+# ICWBench
+
+ICWBench measures whether a language model follows **in-context watermark (ICW) instructions**: an
+instruction prepended to a query asks the model to embed a statistically detectable signal in its
+answer, and a verifier tests the answer with a z-statistic and an exact p-value. Three families:
+
+| config | family | test rows | train rows |
+|---|---|---|---|
+{table}
+
+- **TSP (Token-Set Preference)**: favour tokens of a green set T (gamma = {config.gamma} of {pool}).
+- **WIP (Word-Initial Preference)**: favour words whose first letter is one of 13 green letters.
+- **SA (Sentence Acrostic)**: sentence-initial letters should spell an 18-letter secret.
+
+## Usage
+
+```python
+from datasets import load_dataset
+
+test = load_dataset("<this dataset>", "wip", split="test")
+row = test[0]
+prompt = row["instruction"] + "\\n\\n" + row["query"]   # what the model is asked
+# verify the model's answer with the row's key:
+from icw import verify
+result = verify(answer, row["key"])
+```
+
+## Columns
+
+`id` (unique), `family`, `seed` (key seed), `key` (serialized `icw.ICWKey`, e.g.
+`icw:wip:seed=3,num_letters=13,tokenizer=qwen3,vocab=...`), `instruction` (the paper's template
+rendered for the key), `query`, `query_source` (where the query came from).
+
+## Keys and seeds
+
+Every row has its own key, a deterministic function of (family, seed, parameters, tokenizer):
+`icw.ICWKey.from_string(row["key"])` rebuilds it, and its instruction, logit bias and verifier.
+Test row i uses seed {TEST_SEED_START} + i and train row i seed {TRAIN_SEED_START:,} + i, so test and train keys come
+from disjoint seed pools. TSP and WIP keys are defined over the `{view.name}` tokenizer
+(vocabulary fingerprint `{view.fingerprint}`, |V_en| = {len(view.v_en):,}); verify them with that tokenizer.
+The same test queries are used in every family.
+
+## Queries
+
+{queries}
+
+## Evaluation
+
+Positives are answers to instructed queries, negatives plain answers to the same queries; report
+ROC-AUC and TPR at 1% FPR of the verifier's z (`icw bench run` and `icw bench report`).
+
+## Citation
+
+```bibtex
+{_CITATION}
+```
+"""
+
+
+# ------------------------------------------------------------------------------ push
+def push(folder: str | Path, repo_id: str, dry_run: bool = False, private: bool = False,
+         token: str | None = None) -> list[dict[str, Any]]:
+    """Upload a built ICWBench folder: ``push_to_hub`` per config, then the dataset card."""
+    import datasets
+
+    folder = Path(folder)
+    if not (folder / "README.md").is_file():
+        raise FileNotFoundError(f"{folder} is not an ICWBench folder (no README.md): run icw bench build first")
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"--repo-id must look like ORG/NAME, got {repo_id!r}")
+    plan = []
+    for family in datasets.get_dataset_config_names(str(folder)):
+        dd = datasets.load_dataset(str(folder), family)
+        plan.append({"config": family, "repo_id": repo_id,
+                     "splits": {split: ds.num_rows for split, ds in dd.items()}, "dataset": dd})
+    if not dry_run:
+        from huggingface_hub import HfApi
+
+        for item in plan:
+            item["dataset"].push_to_hub(repo_id, config_name=item["config"], private=private, token=token)
+        # push_to_hub writes the same <config>/<split>-*.parquet layout; our card replaces its stub
+        HfApi(token=token).upload_file(path_or_fileobj=str(folder / "README.md"), path_in_repo="README.md",
+                                       repo_id=repo_id, repo_type="dataset", commit_message="ICWBench dataset card")
+    for item in plan:
+        item.pop("dataset")
+    return plan
+
+
+# ------------------------------------------------------------------------------- CLI
+def _cli_build(args: argparse.Namespace) -> None:
+    config = BenchBuildConfig(out=args.out, questions=args.questions, lfqa=args.lfqa, num_test=args.num_test,
+                              num_train=args.num_train, families=tuple(args.families), tokenizer=args.tokenizer,
+                              pool_size=args.pool_size, gamma=args.gamma, shuffle_seed=args.shuffle_seed)
+    out = build(config, progress=not args.quiet)
+    print(f"wrote ICWBench to {out}; read it with datasets.load_dataset({str(out)!r}, 'wip', split='test')",
+          file=sys.stderr)
+
+
+def _cli_push(args: argparse.Namespace) -> None:
+    plan = push(args.folder, args.repo_id, dry_run=args.dry_run, private=args.private)
+    verb = "would push" if args.dry_run else "pushed"
+    for item in plan:
+        splits = ", ".join(f"{s}: {n} rows" for s, n in item["splits"].items())
+        print(f"{verb} config {item['config']} ({splits}) -> datasets/{item['repo_id']}")
+    print(f"{verb} {Path(args.folder) / 'README.md'} -> datasets/{args.repo_id}/README.md")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    helps = {f.name: f.metadata.get("help") for f in BenchBuildConfig.__dataclass_fields__.values()}
+    b = sub.add_parser("build", help="build the ICWBench dataset (parquet + dataset card)")
+    b.add_argument("--out", required=True, help=helps["out"])
+    src = b.add_mutually_exclusive_group()
+    src.add_argument("--questions", help=helps["questions"])
+    src.add_argument("--lfqa", action="store_true", help=helps["lfqa"])
+    b.add_argument("--num-test", type=int, help=helps["num_test"])
+    b.add_argument("--num-train", type=int, help=helps["num_train"])
+    b.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, help=helps["families"])
+    b.add_argument("--tokenizer", default="qwen3", help=helps["tokenizer"])
+    b.add_argument("--pool-size", type=int, help=helps["pool_size"])
+    b.add_argument("--gamma", type=float, default=0.2, help=helps["gamma"])
+    b.add_argument("--shuffle-seed", type=int, default=0, help=helps["shuffle_seed"])
+    b.add_argument("--quiet", action="store_true", help="no progress bars")
+    b.set_defaults(func=_cli_build)
+
+    p = sub.add_parser("push", help="upload a built ICWBench folder to the Hub (push_to_hub per config)")
+    p.add_argument("folder", help="folder written by icw bench build")
+    p.add_argument("--repo-id", required=True, help="Hub dataset id ORG/NAME")
+    p.add_argument("--private", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="show what would be pushed; upload nothing")
+    p.set_defaults(func=_cli_push)
