@@ -1,0 +1,439 @@
+"""``icw bench run``: generate positives and negatives over ICWBench, score them, attack them,
+measure quality, and save everything as it finishes.
+
+For every query of a family the runner asks one model for
+
+* a **positive** response: the key's instruction + the query (``--mode instruction``, the
+  benchmark), or the query alone decoded with the key's logit bias (``--mode bias``, the
+  synthesis upper bound);
+* a **negative** response: the query alone, plain decoding.
+
+Each response is verified under the query's key (z, exact p). Results are appended to
+``RUN_DIR/responses.jsonl``, one JSON object per ``(model, family, id, role, attack)``, flushed
+after every batch: a run that is interrupted (Ctrl-C, SIGKILL, a crash) is restarted with the
+same command and continues where it stopped, repeating no finished item. Items that failed
+(an endpoint error) are recorded with an ``error`` field and retried on the next run.
+
+Example (the embedded SmolLM2, bias mode, 60 queries per family)::
+
+    icw bench run --dataset ./icwbench --out runs/smollm2-bias --mode bias --limit 60 --max-new-tokens 200
+    icw bench report runs/smollm2-bias
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..keys import FAMILIES, ICWKey, as_key
+from .backends import BACKENDS, Backend, BackendError, Request, make_backend
+from .scoring import key_tokenizer, score_texts
+from .templates import template_for
+
+REQUIRED_COLUMNS = ("id", "family", "key", "instruction", "query")
+RESPONSES, RUN_CONFIG, QUALITY = "responses.jsonl", "run.json", "quality.jsonl"
+DEFAULT_DATASET = "icw/ICWBench"
+#: Settings that must match when a run directory is resumed (otherwise results would mix).
+_RESUME_FIELDS = ("model", "dataset", "split", "mode", "max_new_tokens", "template", "key_seed_offset",
+                  "query_dataset", "query_column", "adapter")
+
+
+@dataclass
+class RunConfig:
+    """Settings of one ``icw bench run`` (saved as ``RUN_DIR/run.json``)."""
+
+    out: str = field(metadata={"help": "run directory (responses.jsonl, run.json, quality.jsonl)"})
+    dataset: str = field(default=DEFAULT_DATASET, metadata={"help": "ICWBench folder or Hub id"})
+    families: tuple[str, ...] = field(default=FAMILIES, metadata={"help": "families to run"})
+    split: str = field(default="test", metadata={"help": "dataset split"})
+    limit: int | None = field(default=None, metadata={"help": "first N queries per family"})
+    backend: str = field(default="transformers", metadata={"help": "transformers, openai or vllm"})
+    model: str = field(default="smollm2", metadata={"help": "model name/folder/id (embedded SmolLM2 by default)"})
+    base_model: str | None = field(default=None, metadata={"help": "recorded: the model this one was trained from"})
+    adapter: str | None = field(default=None, metadata={"help": "PEFT adapter folder (transformers backend)"})
+    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL (openai backend)"})
+    api_key: str | None = field(default=None, metadata={"help": "endpoint API key (default $OPENAI_API_KEY)"})
+    mode: str = field(default="instruction", metadata={"help": "instruction (benchmark) or bias (logit bias)"})
+    max_new_tokens: int = field(default=600, metadata={"help": "cap on new tokens per response"})
+    batch_size: int = field(default=8, metadata={"help": "prompts per generate call (transformers)"})
+    concurrency: int = field(default=4, metadata={"help": "parallel requests (openai backend)"})
+    delta: float | None = field(default=None, metadata={"help": "bias strength in bias mode (family default)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    template: str = field(default="paper", metadata={"help": "paper, heldout, or a template file"})
+    key_seed_offset: int | None = field(default=None, metadata={"help": "held-out keys: redraw seed = offset + row"})
+    query_dataset: str | None = field(default=None, metadata={"help": "take queries from another dataset[:split]"})
+    query_column: str = field(default="query", metadata={"help": "column of --query-dataset holding the queries"})
+    attacks: tuple[str, ...] = field(default=(), metadata={"help": "attacks on positives (see icw.bench.attacks)"})
+    attack_url: str | None = field(default=None, metadata={"help": "endpoint for paraphrase-style attacks"})
+    attack_model: str | None = field(default=None, metadata={"help": "model at --attack-url"})
+    paraphrase_rounds: int = field(default=1, metadata={"help": "rounds of LLM paraphrase (1-3)"})
+    ppl_models: tuple[str, ...] = field(default=(), metadata={"help": "reference models for perplexity"})
+    judge_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the judge"})
+    judge_model: str | None = field(default=None, metadata={"help": "judge model name"})
+    progress: bool = field(default=True, metadata={"help": "show progress bars"})
+
+    def __post_init__(self) -> None:
+        self.families = tuple(self.families)
+        self.attacks, self.ppl_models = tuple(self.attacks), tuple(self.ppl_models)
+        unknown = sorted(set(self.families) - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"unknown family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
+        if self.mode not in ("instruction", "bias"):
+            raise ValueError(f"--mode must be 'instruction' or 'bias', got {self.mode!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.backend == "openai" and self.mode == "bias":
+            raise ValueError("bias mode needs logit access: use --backend transformers or vllm with --mode bias")
+        if self.max_new_tokens < 1:
+            raise ValueError("--max-new-tokens must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError("--limit must be at least 1")
+        if self.judge_url and not self.judge_model:
+            raise ValueError("--judge-url needs --judge-model")
+
+    def model_id(self) -> str:
+        from ..models import SMOLLM2_HUB_ID
+
+        return SMOLLM2_HUB_ID if self.model == "smollm2" else self.model
+
+
+# ------------------------------------------------------------------------------- the store
+class ResultStore:
+    """Append-only JSON Lines keyed by ``(model, family, id, role, attack)``.
+
+    Every :meth:`append` writes whole lines and fsyncs, so a killed process loses at most the
+    batch in flight. A torn last line (killed mid-write) is ignored on load and the next
+    append starts on a fresh line. Later lines win, so a retried failure replaces its error.
+    """
+
+    KEY = ("model", "family", "id", "role", "attack")
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.records: dict[tuple, dict[str, Any]] = {}
+        self.skipped_lines = 0
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    self.skipped_lines += 1
+                    continue
+                self.records[self.key(row)] = row
+
+    @classmethod
+    def key(cls, row: dict[str, Any]) -> tuple:
+        return tuple(row.get(k, "none" if k == "attack" else None) for k in cls.KEY)
+
+    def done(self, row: dict[str, Any]) -> bool:
+        got = self.records.get(self.key(row))
+        return got is not None and not got.get("error")
+
+    def append(self, rows: Iterable[dict[str, Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab") as fh:
+            if fh.tell() > 0:
+                with open(self.path, "rb") as check:
+                    check.seek(-1, os.SEEK_END)
+                    if check.read(1) != b"\n":
+                        fh.write(b"\n")  # finish a line torn by an earlier kill
+            fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        for r in rows:
+            self.records[self.key(r)] = r
+
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self.records.values())
+
+
+def load_records(run_dir: str | os.PathLike, name: str = RESPONSES) -> list[dict[str, Any]]:
+    """The latest record of every item in ``RUN_DIR/responses.jsonl`` (or another JSONL file)."""
+    return ResultStore(Path(run_dir) / name).rows()
+
+
+# ----------------------------------------------------------------------------- the dataset
+def load_family(dataset: str, family: str, split: str = "test", limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of one family of ICWBench (local folder or Hub id), checked for the needed columns."""
+    import datasets
+
+    try:
+        configs = datasets.get_dataset_config_names(dataset)
+    except FileNotFoundError:
+        raise ValueError(f"dataset {dataset!r} not found: pass an ICWBench folder (icw bench build) or a Hub id "
+                         "while online") from None
+    except Exception as err:  # datasets raises many kinds for unreachable/malformed sources
+        raise ValueError(f"cannot read dataset {dataset!r}: {type(err).__name__}: {err}") from None
+    if family not in configs:
+        raise ValueError(f"family {family!r} is not in dataset {dataset!r}, which has configs {configs}; "
+                         f"choose --families from those")
+    try:
+        ds = datasets.load_dataset(dataset, family, split=split)
+    except ValueError as err:
+        raise ValueError(f"dataset {dataset!r} ({family}) has no split {split!r}: {err}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+    if missing:
+        raise ValueError(f"dataset {dataset!r} ({family}/{split}) lacks column(s) {missing}; ICWBench rows need "
+                         f"{list(REQUIRED_COLUMNS)} (see icw bench build)")
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    rows = ds.to_list()
+    wrong = {r["family"] for r in rows} - {family}
+    if wrong:
+        raise ValueError(f"dataset {dataset!r} config {family!r} holds rows of family {sorted(wrong)}")
+    return rows
+
+
+def load_queries(spec: str, column: str, n: int) -> list[str]:
+    """The first ``n`` values of ``column`` in ``dataset[:split]`` (a Hub id, folder or data file)."""
+    import datasets
+
+    name, _, split = spec.partition(":")
+    split = split or "test"
+    try:
+        if Path(name).is_file():
+            ds = datasets.load_dataset(Path(name).suffix.lstrip(".").replace("jsonl", "json"), data_files=name,
+                                       split="train")
+        else:
+            ds = datasets.load_dataset(name, split=split)
+    except Exception as err:
+        raise ValueError(f"cannot load queries from {spec!r}: {type(err).__name__}: {err}") from None
+    if column not in ds.column_names:
+        raise ValueError(f"{spec!r} has no column {column!r}; its columns are {ds.column_names} (--query-column)")
+    if len(ds) < n:
+        raise ValueError(f"{spec!r} has {len(ds)} rows but {n} queries are needed")
+    return [str(q) for q in ds.select(range(n))[column]]
+
+
+@dataclass
+class Item:
+    """One query of the run with its effective key and user messages."""
+
+    row: dict[str, Any]
+    key: ICWKey
+    positive_user: str
+    query: str
+
+
+def _rekey(key: ICWKey, tokenizer: Any, seed: int | None = None) -> ICWKey:
+    """The same key material definition (family, parameters, seed) over another tokenizer."""
+    params = {k: v for k, v in key.to_dict().items() if k not in ("family", "seed", "tokenizer", "vocab")}
+    seed = key.seed if seed is None else seed
+    return ICWKey.create(key.family, seed, tokenizer if key.family != "sa" else None, **params)
+
+
+def build_items(config: RunConfig, family: str, rows: Sequence[dict[str, Any]], backend: Backend) -> list[Item]:
+    """Apply the generalization options and the mode to the dataset rows."""
+    queries = ([r["query"] for r in rows] if not config.query_dataset
+               else load_queries(config.query_dataset, config.query_column, len(rows)))
+    template = template_for(config.template, family)
+    tokenizers: dict[str, Any] = {}
+    items = []
+    for index, (row, query) in enumerate(zip(rows, queries, strict=True)):
+        key = as_key(row["key"])
+        redraw = config.key_seed_offset is not None
+        if redraw:
+            key = _rekey(key, key_tokenizer(key, tokenizers), config.key_seed_offset + index)
+        if config.mode == "bias":
+            tok = backend.tokenizer
+            if key.family != "sa" and key.vocab != _fingerprint(tok):
+                key = _rekey(key, tok)  # the bias lives in the model's own vocabulary
+            items.append(Item(row, key, query, query))
+            continue
+        instruction = row["instruction"]
+        if redraw or template is not None:
+            instruction = key.instruction(key_tokenizer(key, tokenizers), template)
+        items.append(Item(row, key, f"{instruction}\n\n{query}", query))
+    return items
+
+
+def _fingerprint(tokenizer: Any) -> str:
+    from ..vocab import vocabulary
+
+    return vocabulary(tokenizer).fingerprint
+
+
+# ---------------------------------------------------------------------------------- running
+def _check_resume(config: RunConfig, out: Path) -> None:
+    saved_path = out / RUN_CONFIG
+    current = {**asdict(config), "model": config.model_id()}
+    current.pop("api_key", None)
+    if saved_path.exists():
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        clash = [f for f in _RESUME_FIELDS if saved.get(f) != current.get(f)]
+        if clash:
+            details = ", ".join(f"{f}: {saved.get(f)!r} there vs {current.get(f)!r} now" for f in clash)
+            raise ValueError(f"{out} holds a run with other settings ({details}); resume with the same settings "
+                             "or choose another --out")
+        merged = {**saved, **current, "families": sorted(set(saved.get("families", [])) | set(config.families))}
+    else:
+        merged = current
+    merged["families"] = [f for f in FAMILIES if f in merged["families"]]
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = saved_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(saved_path)
+
+
+def _base_record(config: RunConfig, model: str, family: str, item: Item, role: str) -> dict[str, Any]:
+    return {"model": model, "family": family, "id": item.row["id"], "role": role, "attack": "none",
+            "mode": config.mode if role == "positive" else "plain", "key": item.key.to_string(),
+            "query": item.query, "query_source": item.row.get("query_source"), "template": config.template}
+
+
+def generate_family(config: RunConfig, backend: Backend, store: ResultStore, family: str,
+                    items: Sequence[Item]) -> int:
+    """Generate and score the missing positives and negatives of one family; returns how many."""
+    model = config.model_id()
+    requests: list[Request] = []
+    for item in items:
+        for role in ("positive", "negative"):
+            record = _base_record(config, model, family, item, role)
+            if store.done(record):
+                continue
+            if role == "negative":
+                requests.append(Request(record, item.query))
+            elif config.mode == "bias":
+                requests.append(Request(record, item.query, item.key))
+            else:
+                requests.append(Request(record, item.positive_user))
+    if not requests:
+        return 0
+    tokenizers: dict[str, Any] = {}
+
+    def save(done: list[Request], answers: list[str | None], errors: list[str | None]) -> None:
+        ok = [i for i, a in enumerate(answers) if a is not None]
+        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok], tokenizers)
+        by_index = dict(zip(ok, scores, strict=True))
+        rows = []
+        for i, request in enumerate(done):
+            row = {**request.uid, "response": answers[i], "time": time.time()}
+            if i in by_index:
+                row.update(by_index[i])
+            else:
+                row.update(z_score=None, p_value=None, num_tokens_scored=None, error=errors[i] or "no answer")
+            rows.append(row)
+        store.append(rows)
+
+    backend.generate(requests, save, desc=f"{family} ({len(requests)} responses)")
+    return len(requests)
+
+
+def run(config: RunConfig, backend: Backend | None = None) -> Path:
+    """Run the benchmark as configured; returns the run directory. Resumable (see module doc)."""
+    out = Path(config.out)
+    _check_resume(config, out)
+    rows_by_family = {f: load_family(config.dataset, f, config.split, config.limit) for f in config.families}
+    if backend is None:
+        backend = make_backend(config.backend, config.model, base_url=config.base_url, api_key=config.api_key,
+                               max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
+                               delta=config.delta, seed=config.seed, adapter=config.adapter,
+                               concurrency=config.concurrency)
+    if config.mode == "bias" and not backend.supports_bias:
+        raise BackendError(f"the {type(backend).__name__} cannot apply a logit bias: use --mode instruction")
+    store = ResultStore(out / RESPONSES)
+    if store.skipped_lines:
+        print(f"icw: note: ignored {store.skipped_lines} torn line(s) in {store.path} (an earlier run was killed)",
+              file=sys.stderr)
+    attack_client = judge = None
+    for family in config.families:
+        items = build_items(config, family, rows_by_family[family], backend)
+        generate_family(config, backend, store, family, items)
+        if config.attacks:
+            from .attacks import attack_family, make_attacks
+
+            if attack_client is None and config.attack_url:
+                from .backends import ChatClient
+
+                attack_client = ChatClient(config.attack_url, config.attack_model or config.model, config.api_key)
+                attack_client.check()
+            attack_family(store, config.model_id(), family, make_attacks(config.attacks, attack_client, config.seed,
+                                                                         config.paraphrase_rounds))
+        if config.ppl_models or config.judge_url:
+            from .quality import judge_family, perplexity_family
+
+            quality = ResultStore(out / QUALITY)
+            for ref in config.ppl_models:
+                perplexity_family(store, quality, config.model_id(), family, ref)
+            if config.judge_url:
+                if judge is None:
+                    from .backends import ChatClient
+
+                    judge = ChatClient(config.judge_url, config.judge_model, config.api_key, temperature=0.0)
+                    judge.check()
+                judge_family(store, quality, config.model_id(), family, judge)
+    failed = [r for r in store.rows() if r.get("error") and r["family"] in config.families]
+    if failed:
+        print(f"icw: note: {len(failed)} item(s) failed and are recorded with an 'error' field in {store.path}; "
+              "run the same command again to retry them", file=sys.stderr)
+    return out
+
+
+# -------------------------------------------------------------------------------------- CLI
+def _run_command(args: argparse.Namespace) -> None:
+    config = RunConfig(
+        out=args.out, dataset=args.dataset, families=tuple(args.families), split=args.split, limit=args.limit,
+        backend=args.backend, model=args.model, base_model=args.base_model, adapter=args.adapter,
+        base_url=args.base_url, api_key=args.api_key, mode=args.mode, max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size, concurrency=args.concurrency, delta=args.delta, seed=args.seed,
+        template=args.template, key_seed_offset=args.key_seed_offset, query_dataset=args.query_dataset,
+        query_column=args.query_column, attacks=tuple(args.attacks), attack_url=args.attack_url,
+        attack_model=args.attack_model, paraphrase_rounds=args.paraphrase_rounds, ppl_models=tuple(args.ppl_models),
+        judge_url=args.judge_url, judge_model=args.judge_model)
+    try:
+        out = run(config)
+    except KeyboardInterrupt:
+        print(f"\nicw: interrupted; finished items are saved in {config.out}/{RESPONSES}. "
+              "Run the same command to resume.", file=sys.stderr)
+        raise SystemExit(130) from None
+    print(f"results in {out / RESPONSES}; summarise with: icw bench report {out}")
+
+
+def _help(name: str) -> str:
+    return RunConfig.__dataclass_fields__[name].metadata["help"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="generate, score, attack and judge one model on ICWBench (resumable)",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", default=DEFAULT_DATASET, help=_help("dataset"))
+    p.add_argument("--out", required=True, help=_help("out"))
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, help=_help("families"))
+    p.add_argument("--split", default="test", help=_help("split"))
+    p.add_argument("--limit", type=int, help=_help("limit"))
+    p.add_argument("--backend", default="transformers", choices=BACKENDS, help=_help("backend"))
+    p.add_argument("--model", default="smollm2", help=_help("model"))
+    p.add_argument("--base-model", help=_help("base_model"))
+    p.add_argument("--adapter", help=_help("adapter"))
+    p.add_argument("--base-url", help=_help("base_url"))
+    p.add_argument("--api-key", help=_help("api_key"))
+    p.add_argument("--mode", default="instruction", choices=("instruction", "bias"), help=_help("mode"))
+    p.add_argument("--max-new-tokens", type=int, default=600, help=_help("max_new_tokens"))
+    p.add_argument("--batch-size", type=int, default=8, help=_help("batch_size"))
+    p.add_argument("--concurrency", type=int, default=4, help=_help("concurrency"))
+    p.add_argument("--delta", type=float, help=_help("delta"))
+    p.add_argument("--seed", type=int, default=0, help=_help("seed"))
+    p.add_argument("--template", default="paper", help=_help("template"))
+    p.add_argument("--key-seed-offset", type=int, help=_help("key_seed_offset"))
+    p.add_argument("--query-dataset", help=_help("query_dataset"))
+    p.add_argument("--query-column", default="query", help=_help("query_column"))
+    p.add_argument("--attacks", nargs="*", default=[], help=_help("attacks"))
+    p.add_argument("--attack-url", help=_help("attack_url"))
+    p.add_argument("--attack-model", help=_help("attack_model"))
+    p.add_argument("--paraphrase-rounds", type=int, default=1, help=_help("paraphrase_rounds"))
+    p.add_argument("--ppl-models", nargs="*", default=[], help=_help("ppl_models"))
+    p.add_argument("--judge-url", help=_help("judge_url"))
+    p.add_argument("--judge-model", help=_help("judge_model"))
+    p.set_defaults(func=_run_command)

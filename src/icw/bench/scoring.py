@@ -1,0 +1,87 @@
+"""Detectability scoring for ICWBench: the verifiers' z and exact p for every response, and
+per-family ROC-AUC / TPR@1%FPR with bootstrap intervals through :mod:`icw.detection`.
+
+Nothing here re-implements a statistic: texts go through :func:`icw.verify.verify`, paired
+positive/negative scores through :func:`icw.detection.detection_report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..detection import detection_report
+from ..keys import ICWKey, as_key
+from ..models import load_tokenizer
+from ..verify import verify
+
+
+def key_tokenizer(key: ICWKey, tokenizers: dict[str, Any] | None = None) -> Any:
+    """The tokenizer a TSP/WIP key was built for (None for SA), loaded once per name."""
+    if key.family == "sa":
+        return None
+    tokenizers = {} if tokenizers is None else tokenizers
+    if key.tokenizer not in tokenizers:
+        tokenizers[key.tokenizer] = load_tokenizer(key.tokenizer)
+    return tokenizers[key.tokenizer]
+
+
+def score_texts(texts: Sequence[str], keys: Sequence[ICWKey | str], tokenizers: dict[str, Any] | None = None,
+                **verify_kwargs: Any) -> list[dict[str, Any]]:
+    """Verify each text under its key; returns ``{z_score, p_value, num_tokens_scored, ...}`` rows.
+
+    Texts are grouped by the keys' tokenizer so each group is one batched ``verify`` call.
+
+    Example:
+        >>> from icw import ICWKey
+        >>> score_texts(["Apples are good. Bananas too."], [ICWKey.create("sa", seed=1)])[0]["num_tokens_scored"]
+        2
+    """
+    keys = [as_key(k) for k in keys]
+    if len(keys) != len(texts):
+        raise ValueError(f"got {len(texts)} texts and {len(keys)} keys: pass one key per text")
+    tokenizers = {} if tokenizers is None else tokenizers
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault((key.family, key.tokenizer), []).append(i)
+    rows: list[dict[str, Any]] = [{} for _ in texts]
+    for indices in groups.values():
+        tok = key_tokenizer(keys[indices[0]], tokenizers)
+        results = verify([texts[i] for i in indices], [keys[i] for i in indices], tok, **verify_kwargs)
+        for i, result in zip(indices, results, strict=True):
+            rows[i] = {"z_score": float(result.z_score), "p_value": float(result.p_value),
+                       "is_watermarked": bool(result.is_watermarked),
+                       "num_tokens_scored": int(result.num_tokens_scored), "p_value_method": result.p_value_method}
+    return rows
+
+
+def paired_scores(records: Iterable[dict[str, Any]], family: str, attack: str = "none"
+                  ) -> tuple[list[float], list[float]]:
+    """Positive z-scores (under ``attack``) and negative z-scores (always unattacked) of one family.
+
+    Only queries with both a scored positive and a scored negative enter, so each family's
+    AUC compares like with like."""
+    pos: dict[str, float] = {}
+    neg: dict[str, float] = {}
+    for r in records:
+        if r.get("family") != family or r.get("z_score") is None:
+            continue
+        if r["role"] == "positive" and r.get("attack", "none") == attack:
+            pos[r["id"]] = r["z_score"]
+        elif r["role"] == "negative" and r.get("attack", "none") == "none":
+            neg[r["id"]] = r["z_score"]
+    ids = sorted(set(pos) & set(neg))
+    return [pos[i] for i in ids], [neg[i] for i in ids]
+
+
+def detection_summary(pos: Sequence[float], neg: Sequence[float], fpr: float = 0.01,
+                      num_bootstrap: int = 1000) -> dict[str, Any] | None:
+    """AUC, TPR@``fpr`` and their bootstrap intervals, mean z of each class (None if a class is empty)."""
+    if not pos or not neg:
+        return None
+    report = detection_report(pos, neg, fpr=fpr, num_bootstrap=num_bootstrap)
+    return {"num_positive": len(pos), "num_negative": len(neg), "auc": report.auc, "auc_ci": list(report.auc_ci),
+            "tpr_at_1fpr": report.tpr, "tpr_ci": list(report.tpr_ci),
+            "mean_z_positive": float(np.mean(pos)), "mean_z_negative": float(np.mean(neg))}
