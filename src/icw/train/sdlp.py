@@ -491,3 +491,22 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
     mask = torch.from_numpy(collator._width(green_mask(key, view))).float() * delta
     return mask.expand(len(response_ids), -1).clone()
 
+
+
+def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
+    """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
+    from trl import ModelConfig, TrlParser, get_peft_config
+
+    from .synthesis import DCSArguments, load_policy
+
+    data_args, config, model_args = TrlParser((DCSArguments, SDLPConfig, ModelConfig)).parse_args_and_config(
+        None if argv is None else list(argv))
+    model, tokenizer = load_policy(model_args)
+    dataset = data_args.load(seed=config.seed)
+    trainer = SDLPTrainer(model, config, train_dataset=dataset, processing_class=tokenizer,
+                          peft_config=get_peft_config(model_args))
+    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+    trainer.save_model(config.output_dir)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(config.output_dir)
+    return trainer

@@ -1,0 +1,12 @@
+"""SDLP: self-distillation with logit perturbation (the paper's Section 4.2).
+
+    accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/sdlp.py \
+        --config recipes/configs/qwen3-14b/sdlp.yaml
+
+Any field of the YAML can be overridden on the command line (--learning_rate 1e-5).
+"""
+
+from icw.train.sdlp import main
+
+if __name__ == "__main__":
+    main()

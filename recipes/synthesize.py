@@ -1,0 +1,20 @@
+"""Cold-start synthesis of D_cs (the paper's Section 4.1).
+
+    python recipes/synthesize.py --config recipes/configs/smollm2-135m/synthesize.yaml
+    accelerate launch recipes/synthesize.py --config recipes/configs/qwen3-14b/synthesize.yaml
+
+Interrupt at any time: rerunning the same command resumes from <output_dir>/rows.jsonl.
+"""
+
+from trl import TrlParser
+
+from icw.train.synthesis import SynthesisConfig, synthesize
+
+
+def main(argv: list[str] | None = None) -> None:
+    (config,) = TrlParser(SynthesisConfig).parse_args_and_config(argv)
+    synthesize(config)
+
+
+if __name__ == "__main__":
+    main()

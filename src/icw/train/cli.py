@@ -1,0 +1,49 @@
+"""``icw train ...``: the training recipes from the command line.
+
+Each sub-command takes the same ``--config recipe.yaml`` and ``--field value`` overrides as the
+scripts in ``recipes/`` (parsed by ``trl.TrlParser``), e.g.::
+
+    icw train synthesize --config recipes/configs/smollm2-135m/synthesize.yaml --num_h1 20
+    icw train sdlp --config recipes/configs/smollm2-135m/sdlp.yaml
+
+For multi-GPU runs launch the scripts with ``accelerate launch`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _synthesize(args: argparse.Namespace) -> None:
+    from trl import TrlParser
+
+    from .synthesis import SynthesisConfig, synthesize
+
+    (config,) = TrlParser(SynthesisConfig).parse_args_and_config(args.options)
+    synthesize(config)
+
+
+def _sdlp(args: argparse.Namespace) -> None:
+    from .sdlp import main
+
+    main(args.options)
+
+
+def _grpo(args: argparse.Namespace) -> None:
+    from .grpo import main
+
+    main(args.options)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    train = sub.add_parser("train", help="cold-start synthesis, SDLP and GRPO training")
+    train_sub = train.add_subparsers(dest="train_command", required=True)
+    for name, func, text in (
+        ("synthesize", _synthesize, "generate the cold-start dataset D_cs with the logit perturbation"),
+        ("sdlp", _sdlp, "self-distillation with logit perturbation on D_cs"),
+        ("grpo", _grpo, "GRPO with the verifier z as reward"),
+    ):
+        parser = train_sub.add_parser(name, help=text, description=f"{text}. Options: --config FILE.yaml and any "
+                                      "field of the recipe's config as --name value (see recipes/).")
+        parser.add_argument("options", nargs=argparse.REMAINDER, help="--config FILE and --field value overrides")
+        parser.set_defaults(func=func)

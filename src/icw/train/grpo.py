@@ -1,0 +1,165 @@
+r"""GRPO with verifiable ICW rewards (the paper's Section 4.3), on ``trl.GRPOTrainer``.
+
+Reward of a completion ``y`` for a row with key ``kappa`` (a dataset column, which trl passes
+to reward functions as a keyword argument):
+
+    r(y) = 0                     if |y| < min_completion_tokens   (paper: 200 tokens)
+         = 0                     if SA and an anti-hacking gate fires
+         = z(y; kappa)           otherwise (the verifier's z, as in the paper)
+
+The SA gates catch what the paper saw RL alone learn: visually highlighted initials
+(``**B**ecause``, ``<b>B</b>``), orphan letters that stand alone at a sentence start
+(``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the secret written out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..generation import user_message
+from ..keys import ICWKey, as_key
+from ..text import sentence_initial_spans
+from ..verify import verify
+
+#: Single letters that are English words, so a sentence may start with them alone.
+WORD_LETTERS = frozenset("AI")
+_EMPHASIS = re.compile(r"(\*\*|__|==|\*|_|~~)\s*[A-Za-z]\s*\1(?=[A-Za-z])|(\*\*|__|==|\*|_)[A-Za-z]\2(?![A-Za-z])")
+_HTML_EMPHASIS = re.compile(r"<(b|strong|mark|em|i|u|span)\b[^>]*>\s*[A-Za-z]\s*</\1>", re.IGNORECASE)
+_LETTER_HEADING = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*|>[ \t]*|[-*+][ \t]+|\d+[.)][ \t]+)?[*_=]*[A-Za-z][*_=]*[ \t]*(?:[:.)\-\u2013\u2014|][ \t]*)?$"
+    r"|^[ \t]*(?:#{1,6}[ \t]*|[-*+][ \t]+)?[*_]*[A-Za-z][*_]*[ \t]*[:)\-\u2013\u2014|]",
+    re.MULTILINE)
+#: The secret counts as written out when this many of its consecutive letters appear in order.
+SECRET_RUN = 8
+
+
+def sa_gates(text: str, key: ICWKey | str) -> list[str]:
+    """The SA reward-hacking gates that fire on ``text`` (empty when the text is clean).
+
+    Example:
+        >>> sa_gates("**B**ees make honey. Every hive works.", ICWKey.create("sa", secret="BE"))
+        ['highlighted initials']
+    """
+    key = as_key(key)
+    reasons = []
+    if _EMPHASIS.search(text) or _HTML_EMPHASIS.search(text):
+        reasons.append("highlighted initials")
+    for pos, letter in sentence_initial_spans(text):
+        nxt = text[pos + 1 : pos + 2]
+        if letter not in WORD_LETTERS and not (nxt.isalpha() or nxt in "'\u2019-"):
+            reasons.append("orphan letters")
+            break
+    if _LETTER_HEADING.search(text):
+        reasons.append("letter headings")
+    secret = key.secret_string
+    run = min(SECRET_RUN, len(secret))
+    letters = re.sub(r"[^A-Z]", "", text.upper())
+    if any(secret[i : i + run] in letters for i in range(len(secret) - run + 1)):
+        reasons.append("secret written out")
+    return reasons
+
+
+def _text(completion: Any) -> str:
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):  # conversational: a list of messages
+        return "".join(m.get("content", "") for m in completion if isinstance(m, dict) and m.get("role") == "assistant")
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return str(completion)
+
+
+class ICWReward:
+    """A trl reward function: the verifier's z of each completion under its row's key.
+
+    Args:
+        tokenizer: the tokenizer TSP/WIP keys were built for (the policy's).
+        min_completion_tokens: completions with fewer tokens get reward 0 (paper: 200).
+        sa_gates: apply the SA anti-hacking gates (reward 0 when any fires).
+        num_permutations: SA permutation-null size for z.
+
+    Example:
+        >>> reward = ICWReward(tok, min_completion_tokens=200)
+        >>> reward(prompts, completions, completion_ids=ids, key=keys)   # what trl calls
+    """
+
+    __name__ = "icw_z"
+
+    def __init__(self, tokenizer: Any, min_completion_tokens: int = 200, sa_gates: bool = True,
+                 num_permutations: int = 1000) -> None:
+        self.tokenizer = tokenizer
+        self.min_completion_tokens = int(min_completion_tokens)
+        self.sa_gates = sa_gates
+        self.num_permutations = num_permutations
+
+    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
+                 completion_ids: Sequence[Sequence[int]] | None = None, key: Sequence[str] | None = None,
+                 **kwargs: Any) -> list[float]:
+        if key is None:
+            raise ValueError("the GRPO dataset needs a 'key' column with each row's serialized key")
+        texts = [_text(c) for c in completions]
+        if completion_ids is None:
+            completion_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        keys = [as_key(k) for k in key]
+        results = verify(texts, keys, self.tokenizer, num_permutations=self.num_permutations, num_null_keys=1)
+        rewards = []
+        for text, ids, k, result in zip(texts, completion_ids, keys, results, strict=True):
+            if len(ids) < self.min_completion_tokens or self.sa_gates and k.family == "sa" and sa_gates(text, k):
+                rewards.append(0.0)
+            else:
+                rewards.append(float(result.z_score))
+        return rewards
+
+
+@dataclass
+class ICWRewardArguments:
+    """Reward settings of ``recipes/grpo.py``."""
+
+    min_completion_tokens: int = field(
+        default=200, metadata={"help": "Completions shorter than this many tokens get reward 0 (paper: 200)."})
+    sa_gates: bool = field(default=True, metadata={"help": "Zero the reward of SA completions that hack the verifier "
+                                                           "(highlighted initials, orphan letters, letter headings, "
+                                                           "the secret written out)."})
+    instruction_template: str | None = field(
+        default=None, metadata={"help": "Custom instruction template in the prompt (default: the paper's)."})
+
+
+def grpo_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> Any:
+    """``D_H1`` rows as GRPO prompts: a conversational ``prompt`` (instruction + query) and the ``key``."""
+    if "key" not in dataset.column_names:
+        raise ValueError("the GRPO dataset needs a 'key' column: build it with `icw train synthesize`")
+
+    def to_prompt(row: dict[str, Any]) -> dict[str, Any]:
+        content = user_message(row["query"], as_key(row["key"]), "instruction", tokenizer, template)
+        return {"prompt": [{"role": "user", "content": content}]}
+
+    keep = {"prompt", "key", "family"}
+    return dataset.map(to_prompt, remove_columns=[c for c in dataset.column_names if c not in keep],
+                       desc="building GRPO prompts")
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """Entry point of ``recipes/grpo.py`` and ``icw train grpo``."""
+    from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
+    from trl.import_utils import is_vllm_available
+
+    from .synthesis import DCSArguments, load_policy
+
+    data_args, reward_args, config, model_args = TrlParser(
+        (DCSArguments, ICWRewardArguments, GRPOConfig, ModelConfig)).parse_args_and_config(
+        None if argv is None else list(argv))
+    if config.use_vllm and not is_vllm_available():
+        raise ValueError("use_vllm is set but vLLM is not installed: pip install 'icw[vllm]' or set use_vllm: false")
+    model, tokenizer = load_policy(model_args)
+    dataset = grpo_dataset(data_args.load(label=1, seed=config.seed), tokenizer, reward_args.instruction_template)
+    reward = ICWReward(tokenizer, reward_args.min_completion_tokens, reward_args.sa_gates)
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+    trainer.save_model(config.output_dir)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(config.output_dir)
+    return trainer

@@ -1,0 +1,291 @@
+r"""Cold-start data synthesis ``D_cs = D_H1 ∪ D_H0`` (the paper's Section 4.1 and Appendix C).
+
+``D_H1``: the base model answers the query alone while the family's logit perturbation
+``Delta_t(psi; kappa)`` is applied at decoding time, one fresh training key per row (TSP gamma
+drawn from {0.1, 0.2, 0.3}, WIP 13 letters, SA length drawn from {18, 19, 20}).
+``D_H0``: the base model answers other queries alone, with no perturbation; each row also
+carries a fresh key of the family (never shown to the model) so its z under the null can be
+reported, as in the paper's cold-start table.
+
+Rows are appended to ``rows.jsonl`` in the output folder after every batch, so an interrupted
+run resumes where it stopped; the finished set is written as ``data.parquet`` (a ``datasets``
+dataset with columns ``id, family, key, query, response, label, z, perplexity``) and the
+statistics table as ``stats.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..generation import chat_prompt, generate_responses
+from ..keys import DEFAULT_DELTA, FAMILIES, ICWKey
+from ..verify import verify
+
+#: First seed of the training key pool; evaluation keys (ICWBench) use small seeds, so the pools are disjoint.
+TRAIN_SEED_OFFSET = 1_000_000
+
+
+@dataclass
+class SynthesisConfig:
+    """Configuration of the cold-start synthesis (``recipes/synthesize.py``, ``icw train synthesize``)."""
+
+    model_name_or_path: str = field(
+        default="smollm2", metadata={"help": "Base model: 'smollm2' (embedded, offline), a local folder or a Hub id."})
+    output_dir: str = field(default="data/dcs", metadata={"help": "Folder for rows.jsonl, data.parquet and stats.json."})
+    families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": "Families to synthesize."})
+    queries_file: str | None = field(
+        default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'query' "
+                                        "field. Must be disjoint from the evaluation queries."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset of queries when no queries_file is given (e.g. vblagoje/lfqa)."})
+    dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to draw queries from."})
+    query_column: str = field(default="title", metadata={"help": "Column of dataset_name holding the question."})
+    num_h1: int = field(default=100, metadata={"help": "D_H1 rows per family (paper: 3379 TSP, 1865 WIP, 2906 SA)."})
+    num_h0: int = field(default=50, metadata={"help": "D_H0 rows per family (paper: 1000 TSP, 800 WIP, 800 SA)."})
+    seed_offset: int = field(default=TRAIN_SEED_OFFSET, metadata={"help": "First key seed of the training pool."})
+    gammas: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3],
+                                metadata={"help": "TSP green fractions drawn per row (paper: 0.1, 0.2, 0.3)."})
+    pool_size: int | None = field(
+        default=None, metadata={"help": "TSP candidate pool size (None: all of V_en); small-context models need it."})
+    num_letters: int = field(default=13, metadata={"help": "WIP green letters per key (paper: 13 of 26)."})
+    sa_lengths: list[int] = field(default_factory=lambda: [18, 19, 20],
+                                  metadata={"help": "SA secret lengths drawn per row (paper: 18-20)."})
+    delta_tsp: float = field(default=DEFAULT_DELTA["tsp"], metadata={"help": "Synthesis bias for TSP (paper: 3.0)."})
+    delta_wip: float = field(default=DEFAULT_DELTA["wip"], metadata={"help": "Synthesis bias for WIP (paper: 3.0)."})
+    delta_sa: float = field(default=DEFAULT_DELTA["sa"], metadata={"help": "Synthesis bias for SA (paper: 8.0)."})
+    max_new_tokens: int = field(default=600, metadata={"help": "Answer length cap (paper: 600)."})
+    batch_size: int = field(default=8, metadata={"help": "Prompts per generate() call."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold."})
+    seed: int = field(default=0, metadata={"help": "Seed of the query shuffle and of sampling."})
+    dtype: str | None = field(default=None, metadata={"help": "Model dtype (e.g. bfloat16); default: the checkpoint's."})
+    device: str | None = field(default=None, metadata={"help": "Device (cpu, cuda); default: cuda when available."})
+    perplexity: bool = field(default=True, metadata={"help": "Also compute each answer's perplexity under the base model."})
+
+    def delta(self, family: str) -> float:
+        return float(getattr(self, f"delta_{family}"))
+
+
+def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig) -> ICWKey:
+    """A training key with its per-row parameters drawn from ``seed`` (the paper's Appendix C table)."""
+    rng = np.random.default_rng([seed, 7])
+    if family == "tsp":
+        return ICWKey.create("tsp", seed, tokenizer, gamma=float(rng.choice(config.gammas)), pool_size=config.pool_size)
+    if family == "wip":
+        return ICWKey.create("wip", seed, tokenizer, num_letters=config.num_letters)
+    return ICWKey.create("sa", seed, length=int(rng.choice(config.sa_lengths)))
+
+
+def read_queries(config: SynthesisConfig) -> list[str]:
+    """Training queries from ``queries_file`` or, online, from ``dataset_name``."""
+    if config.queries_file:
+        path = Path(config.queries_file)
+        if not path.exists():
+            raise FileNotFoundError(f"queries_file {path} does not exist")
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if path.suffix in (".jsonl", ".json"):
+            rows = [json.loads(line) for line in lines]
+            return [str(r.get("query") or r.get("question") or r.get("title")) for r in rows]
+        return [line.strip() for line in lines]
+    if config.dataset_name:
+        from datasets import load_dataset
+
+        ds = load_dataset(config.dataset_name, split=config.dataset_split)
+        return [str(q) for q in ds[config.query_column]]
+    raise ValueError("no training queries: set queries_file (a text or JSON Lines file) or dataset_name")
+
+
+def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]]:
+    """Every row to generate: id, family, label, key seed and query (queries are not shared across rows
+    while they last; then they are reused with other keys, with a warning)."""
+    for family in config.families:
+        if family not in FAMILIES:
+            raise ValueError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
+    if not queries:
+        raise ValueError("the query list is empty")
+    order = np.random.default_rng(config.seed).permutation(len(queries))
+    needed = len(config.families) * (config.num_h1 + config.num_h0)
+    if needed > len(queries):
+        warnings.warn(f"{needed} rows requested from {len(queries)} queries: queries are reused with other keys",
+                      stacklevel=2)
+    items, n = [], 0
+    for f_index, family in enumerate(config.families):
+        for label, count in ((1, config.num_h1), (0, config.num_h0)):
+            for i in range(count):
+                seed = config.seed_offset + f_index * 10_000_000 + (1 - label) * 5_000_000 + i
+                items.append({"id": f"{family}-h{label}-{i}", "family": family, "label": label, "seed": seed,
+                              "query": queries[int(order[n % len(queries)])]})
+                n += 1
+    return items
+
+
+@torch.inference_mode()
+def perplexities(model: Any, tokenizer: Any, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
+    """Perplexity of each response given its query (chat template, teacher forcing)."""
+    device = next(model.parameters()).device
+    out = []
+    for query, response in zip(queries, responses, strict=True):
+        prompt = tokenizer(chat_prompt(tokenizer, query), add_special_tokens=False)["input_ids"]
+        answer = tokenizer(response, add_special_tokens=False)["input_ids"]
+        if not answer:
+            out.append(float("nan"))
+            continue
+        ids = torch.tensor([prompt + answer], device=device)
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+        nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :])
+        out.append(float(math.exp(nll.item())))
+    return out
+
+
+def statistics(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The paper's cold-start table: size, mean z and mean perplexity per family and split."""
+    table = []
+    for family in FAMILIES:
+        entry: dict[str, Any] = {"family": family}
+        for label, name in ((1, "h1"), (0, "h0")):
+            part = [r for r in rows if r["family"] == family and r["label"] == label]
+            entry[f"size_{name}"] = len(part)
+            entry[f"mean_z_{name}"] = float(np.mean([r["z"] for r in part])) if part else float("nan")
+            ppl = [r["perplexity"] for r in part if r.get("perplexity") is not None and math.isfinite(r["perplexity"])]
+            entry[f"ppl_{name}"] = float(np.mean(ppl)) if ppl else float("nan")
+        if entry["size_h1"] or entry["size_h0"]:
+            table.append(entry)
+    return table
+
+
+def format_statistics(table: Sequence[dict[str, Any]]) -> str:
+    lines = ["| Family | |D_H1| | |D_H0| | mean z H1 | mean z H0 | PPL H1 | PPL H0 |", "|---|---|---|---|---|---|---|"]
+    for e in table:
+        lines.append(f"| {e['family'].upper()} | {e['size_h1']} | {e['size_h0']} | {e['mean_z_h1']:.2f} | "
+                     f"{e['mean_z_h0']:.2f} | {e['ppl_h1']:.2f} | {e['ppl_h0']:.2f} |")
+    return "\n".join(lines)
+
+
+def _load(config: SynthesisConfig) -> tuple[Any, Any]:
+    from ..models import load_model
+
+    dtype = getattr(torch, config.dtype) if config.dtype else None
+    device = config.device or ("cuda" if torch.cuda.is_available() else None)
+    return load_model(config.model_name_or_path, dtype=dtype, device=device)
+
+
+def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None,
+               queries: Sequence[str] | None = None) -> Any:
+    """Generate ``D_cs`` into ``config.output_dir`` (resuming from ``rows.jsonl``) and return it as a
+    ``datasets.Dataset``; prints the statistics table."""
+    from datasets import Dataset
+
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None or tokenizer is None:
+        model, tokenizer = _load(config)
+    items = plan(config, read_queries(config) if queries is None else list(queries))
+    log = out / "rows.jsonl"
+    done: dict[str, dict[str, Any]] = {}
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["id"]] = row
+    todo = [it for it in items if it["id"] not in done]
+    if done:
+        print(f"resuming: {len(done)} rows already in {log}, {len(todo)} to go")
+    (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
+    bar = tqdm(total=len(todo), desc="synthesizing D_cs")
+    with log.open("a", encoding="utf-8") as sink:
+        for family in config.families:
+            for label in (1, 0):
+                group = [it for it in todo if it["family"] == family and it["label"] == label]
+                if not group:
+                    continue
+                keys = [training_key(family, it["seed"], tokenizer, config) for it in group]
+
+                def save(indices: list[int], answers: list[str], group=group, keys=keys, label=label) -> None:
+                    rows = [group[i] for i in indices]
+                    row_keys = [keys[i] for i in indices]
+                    zs = [r.z_score for r in verify(answers, row_keys, tokenizer, num_null_keys=1)]
+                    ppl = (perplexities(model, tokenizer, [r["query"] for r in rows], answers) if config.perplexity
+                           else [None] * len(rows))
+                    for row, key, answer, z, p in zip(rows, row_keys, answers, zs, ppl, strict=True):
+                        record = {"id": row["id"], "family": row["family"], "key": key.to_string(),
+                                  "query": row["query"], "response": answer, "label": label, "z": float(z),
+                                  "perplexity": p}
+                        sink.write(json.dumps(record) + "\n")
+                        done[row["id"]] = record
+                    sink.flush()
+                    bar.update(len(rows))
+
+                generate_responses(model, tokenizer, [it["query"] for it in group], keys,
+                                   mode="bias" if label else "plain", delta=config.delta(family),
+                                   max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
+                                   seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save)
+    bar.close()
+    rows = [done[it["id"]] for it in items if it["id"] in done]
+    dataset = Dataset.from_list(rows)
+    dataset.to_parquet(str(out / "data.parquet"))
+    table = statistics(rows)
+    (out / "stats.json").write_text(json.dumps(table, indent=2))
+    print(format_statistics(table))
+    return dataset
+
+
+def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "train", label: int | None = None) -> Any:
+    """Load ``D_cs``: a folder written by :func:`synthesize`, a parquet file, or a Hub dataset id."""
+    from datasets import Dataset, load_dataset
+
+    path = Path(name)
+    if path.is_dir() and (path / "data.parquet").exists():
+        ds = Dataset.from_parquet(str(path / "data.parquet"))
+    elif path.suffix == ".parquet" and path.exists():
+        ds = Dataset.from_parquet(str(path))
+    elif path.exists():
+        raise ValueError(f"{path} holds no data.parquet: run `icw train synthesize --output_dir {path}` first")
+    else:
+        ds = load_dataset(name, split=split)
+    if families:
+        wanted = set(families)
+        ds = ds.filter(lambda f: f in wanted, input_columns="family")
+    if label is not None:
+        ds = ds.filter(lambda v: int(v) == label, input_columns="label")
+    if len(ds) == 0:
+        raise ValueError(f"no rows left in {name} for families={families} label={label}")
+    return ds
+
+
+@dataclass
+class DCSArguments:
+    """Which cold-start data a training recipe reads (``recipes/sdlp.py``, ``grpo.py``, ``sft.py``)."""
+
+    dataset_name: str = field(
+        default="data/dcs", metadata={"help": "D_cs: a folder written by `icw train synthesize`, a parquet file, "
+                                              "or a Hub dataset id."})
+    dataset_split: str = field(default="train", metadata={"help": "Split to read when dataset_name is a Hub id."})
+    families: list[str] | None = field(default=None, metadata={"help": "Keep only these families (default: all)."})
+    max_rows: int | None = field(default=None, metadata={"help": "Use at most this many rows (after shuffling)."})
+
+    def load(self, label: int | None = None, seed: int = 0) -> Any:
+        ds = load_dcs(self.dataset_name, self.families, self.dataset_split, label=label).shuffle(seed=seed)
+        return ds.select(range(min(self.max_rows, len(ds)))) if self.max_rows else ds
+
+
+def load_policy(model_args: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) for a trl ``ModelConfig``: ``smollm2`` is the embedded model, else a folder or Hub id."""
+    from ..models import load_model
+
+    if not model_args.model_name_or_path:
+        raise ValueError("set model_name_or_path (smollm2, a local folder or a Hub id)")
+    dtype = model_args.dtype if model_args.dtype not in (None, "auto") else None
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    model, tokenizer = load_model(model_args.model_name_or_path, dtype=dtype)
+    return model.train(), tokenizer
