@@ -58,8 +58,10 @@ MODES = (
     ("bias", "3 · Logit-biased", "The query alone, decoded with the family's logit bias: what a model that learned "
      "the instruction would write."),
 )
-COLORS = {"green token": "#22c55e", "other token": "#e5e7eb", "green initial": "#22c55e", "red initial": "#fca5a5",
-          "matched initial": "#22c55e", "unmatched initial": "#fca5a5"}
+#: Legend colours per family: green = counted and key-aligned, red/grey = counted, not aligned.
+COLORS = {"tsp": {"green token": "#22c55e", "other token": "#d1d5db"},
+          "wip": {"green initial": "#22c55e", "red initial": "#fca5a5"},
+          "sa": {"matched initial": "#22c55e", "unmatched initial": "#fca5a5"}}
 FAMILY_CHOICES = [(f"{FAMILY_NAMES[f]} ({f.upper()})", f) for f in FAMILIES]
 HIGHLIGHT_HELP = {
     "tsp": "green = distinct English token in the key's green set T; grey = English token outside T",
@@ -131,7 +133,7 @@ def build_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters:
     try:
         seed = int(seed)
     except (TypeError, ValueError):
-        raise UserInputError("The seed must be a whole number, e.g. 42 (or click 🎲 for a random one).") from None
+        raise UserInputError("The seed must be a whole number, e.g. 42 (or click Random key).") from None
     params: dict[str, Any] = {}
     if family == "tsp":
         params["gamma"] = float(gamma)
@@ -167,7 +169,7 @@ def check_key_tokenizer(key: ICWKey, tokenizer: Any) -> None:
         raise UserInputError(
             f"This {key.family.upper()} key was made for the {key.tokenizer!r} tokenizer, but the text is scored "
             f"with {name!r}. Token-based keys only work with the tokenizer they were made for: rebuild the key "
-            f"for this model (change the seed or click 🎲), or pick the {key.tokenizer!r} tokenizer."
+            f"for this model (change the seed or click Random key), or pick the {key.tokenizer!r} tokenizer."
         ) from None
 
 
@@ -197,7 +199,7 @@ def make_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters: 
         tok = get_tokenizer(model_name) if family == "tsp" else None
         return key.to_string(), key_material(key, tok)
     except UserInputError as err:
-        return "", f"⚠️ {err}"
+        return "", f"**Check the key:** {err}"
 
 
 def describe_key(key_string: str, model_name: str) -> str:
@@ -210,13 +212,13 @@ def describe_key(key_string: str, model_name: str) -> str:
             check_key_tokenizer(key, tok)
         return key_material(key, tok)
     except UserInputError as err:
-        return f"⚠️ {err}"
+        return f"**Check the key:** {err}"
 
 
 # ------------------------------------------------------------------------ verification
-def highlighted(text: str, result: Any) -> list[tuple[str, str | None]]:
-    """``gr.HighlightedText`` value: the text cut into (span, label) pairs; the verifier's
-    counted units carry their label, the text between them ``None``."""
+def highlighted(text: str, result: Any) -> gr.HighlightedText:
+    """A ``gr.HighlightedText`` update: the text cut into (span, label) pairs (the verifier's
+    counted units carry their label, the text between them ``None``) and the family's legend."""
     pieces: list[tuple[str, str | None]] = []
     pos = 0
     for h in sorted(result.highlights or [], key=lambda h: h.start):
@@ -228,13 +230,13 @@ def highlighted(text: str, result: Any) -> list[tuple[str, str | None]]:
         pos = h.end
     if pos < len(text):
         pieces.append((text[pos:], None))
-    return pieces
+    return gr.HighlightedText(value=pieces, color_map=COLORS[result.family])
 
 
 def verdict_markdown(result: Any) -> str:
     if result.num_tokens_scored == 0:
         return f"**Nothing to score**: {result.note}. Write or paste a longer English text."
-    verdict = ("✅ **watermarked**" if result.is_watermarked else "❌ **not watermarked**")
+    verdict = "**Watermarked**" if result.is_watermarked else "**Not watermarked**"
     unit = {"tsp": "distinct English tokens", "wip": "distinct word-initial tokens", "sa": "sentence initials"}
     hit = {"tsp": "in the green set", "wip": "with a green initial", "sa": "matched to the secret"}
     lines = [
@@ -257,7 +259,7 @@ def result_summary(mode: str, text: str, result: Any) -> dict[str, Any]:
 def cap(text: str, limit: int, what: str) -> tuple[str, str | None]:
     if len(text) <= limit:
         return text, None
-    return text[:limit], f"ℹ️ Your {what} had {len(text):,} characters; only the first {limit:,} were used."
+    return text[:limit], f"**Note:** your {what} had {len(text):,} characters; only the first {limit:,} were used."
 
 
 # -------------------------------------------------------------------------- generation
@@ -330,7 +332,7 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
     details = []
     try:
         for i, (mode, title, _) in enumerate(MODES):
-            outputs[0] = f"{prefix}⏳ Generating answer {i + 1} of 3 ({title[4:]}) with {model_name or default_model()}…"
+            outputs[0] = f"{prefix}Generating answer {i + 1} of 3 ({title[4:]}) with {model_name or default_model()}…"
             for text, done in _stream(model, tok, query, key, mode, delta, max_new_tokens, seed=0):
                 outputs[1 + 2 * i] = [(text, None)]
                 if done:
@@ -423,7 +425,7 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                     with gr.Row():
                         seed = gr.Number(value=42, precision=0, label="Key seed", minimum=0, elem_id="icw-seed",
                                          info="The key is derived from the family, this seed and the settings.")
-                        random_key = gr.Button("🎲 Random key", size="sm", elem_id="icw-random-key")
+                        random_key = gr.Button("Random key", size="sm", elem_id="icw-random-key")
                     gamma = gr.Slider(0.05, 0.5, value=0.2, step=0.05, label="TSP gamma (green fraction)",
                                       visible=False)
                     pool_size = gr.Number(value=DEFAULT_POOL_SIZE, precision=0, minimum=0, visible=False,
@@ -453,7 +455,7 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                 for mode, title, help_text in MODES:
                     with gr.Column(min_width=260):
                         gr.Markdown(f"### {title}\n{help_text}")
-                        hl = gr.HighlightedText(label=f"{title[4:]} answer", color_map=COLORS, show_legend=True,
+                        hl = gr.HighlightedText(label=f"{title[4:]} answer", color_map=COLORS["wip"], show_legend=True,
                                                 combine_adjacent=False, elem_id=f"icw-answer-{mode}",
                                                 elem_classes=["icw-answer"])
                         verdict = gr.Markdown(elem_id=f"icw-verdict-{mode}")
@@ -492,7 +494,7 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                                             info="TSP and WIP keys only work with the tokenizer they were made for.")
                     detect_button = gr.Button("Detect", variant="primary", elem_id="icw-detect")
             detect_status = gr.Markdown()
-            detect_hl = gr.HighlightedText(label="Counted units", color_map=COLORS, show_legend=True,
+            detect_hl = gr.HighlightedText(label="Counted units", color_map=COLORS["wip"], show_legend=True,
                                            elem_id="icw-detect-answer")
             detect_verdict = gr.Markdown(elem_id="icw-detect-verdict")
             with gr.Accordion("Details (JSON)", open=False):

@@ -1,0 +1,284 @@
+"""The Gradio Space (spaces/icw-demo): launched on 127.0.0.1 and called with gradio_client.
+
+Real model (the embedded SmolLM2), real HTTP calls: the z-scores each tab returns must agree
+with ``icw detect`` and ``icw.verify``; bad input must come back as a friendly message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = ROOT / "spaces" / "icw-demo"
+TOKENS = 16  # short answers keep the suite fast; the statistics do not need long ones here
+
+gradio_client = pytest.importorskip("gradio_client", reason="the Space tests need the [space] extra (gradio_client)")
+from gradio_client.exceptions import AppError  # noqa: E402
+
+
+def load_space_app():
+    """Import spaces/icw-demo/app.py once per session (shared with the browser test)."""
+    if "icw_space_app" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("icw_space_app", SPACE / "app.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["icw_space_app"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["icw_space_app"]
+
+
+def launch_space(smollm2):
+    """Build and launch the demo on a free local port, reusing the session's SmolLM2."""
+    app = load_space_app()
+    app._MODELS.setdefault("smollm2", smollm2)
+    demo = app.build_demo("smollm2")
+    demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,
+                                                   **app.launch_kwargs())
+    return app, demo
+
+
+@pytest.fixture(scope="module")
+def space(smollm2):
+    app, demo = launch_space(smollm2)
+    client = gradio_client.Client(demo.local_url, verbose=False)
+    yield app, client
+    demo.close()
+
+
+def generate(client, query="Why is the sky blue?", family="wip", seed=11, key_string="", model="smollm2",
+             tokens=TOKENS, pool_size=300, delta=0.0):
+    return client.predict(query, family, seed, 0.2, pool_size, 13, 18, key_string, delta, model, tokens,
+                          api_name="/watermark_and_detect")
+
+
+def icw_detect_cli(key: str, texts: list[str]) -> list[dict]:
+    """Run the real ``icw detect`` command on texts (JSON Lines on stdin)."""
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    out = subprocess.run([sys.executable, "-m", "icw.cli", "detect", "--key", key, "--jsonl"], input=lines,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def labels(highlighted) -> set[str]:
+    value = highlighted["value"] if isinstance(highlighted, dict) and "value" in highlighted else highlighted
+    return {item["class_or_confidence"] for item in value if item["class_or_confidence"]}
+
+
+def rendered_z(markdown: str) -> float:
+    match = re.search(r"z = (-?\d+\.\d\d)", markdown)
+    assert match, markdown
+    return float(match.group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["tsp", "wip", "sa"])
+def test_watermark_tab_agrees_with_icw_detect(space, smollm2, family):
+    from icw import ICWKey, verify
+
+    app, client = space
+    status, *answers, details = generate(client, family=family, seed=5)
+    assert status.startswith("✔ Done"), status
+    key = ICWKey.from_string(details["key"])
+    assert key.family == family and key.seed == 5
+    if family == "tsp":
+        assert key.pool_size == 300  # the small candidate pool keeps the instruction in context
+    rows = details["answers"]
+    assert [r["mode"] for r in rows] == ["plain", "instruction", "bias"]
+    assert all(r["text"].strip() for r in rows)
+    cli = icw_detect_cli(details["key"], [r["text"] for r in rows])
+    local = verify([r["text"] for r in rows], key, smollm2[1] if family != "sa" else None)
+    for i, row in enumerate(rows):
+        assert row["z_score"] == pytest.approx(cli[i]["z_score"], abs=1e-9)
+        assert row["p_value"] == pytest.approx(cli[i]["p_value"], rel=1e-9)
+        assert row["z_score"] == pytest.approx(local[i].z_score, abs=1e-9)
+        hl, verdict = answers[2 * i], answers[2 * i + 1]
+        if row["num_tokens_scored"]:
+            assert rendered_z(verdict) == pytest.approx(row["z_score"], abs=0.006)
+            assert labels(hl) <= set(app.COLORS[family]) and labels(hl), hl
+
+
+@pytest.mark.slow
+def test_detect_tab_agrees_with_icw_detect(space):
+    from icw import ICWKey, verify
+
+    _, client = space
+    text = ("Sunlight reaches the air. Many tiny molecules scatter blue light more than red light. "
+            "Our eyes see that scattered blue everywhere. Red and orange win at sunset. "
+            "Each sunset shows this with longer paths through air.")
+    keys = [ICWKey.create("sa", 3, secret="SMORE").to_string(),
+            _key("tsp", 9, pool_size=400), _key("wip", 9)]
+    # one `icw detect` run (the SA key) is enough here: the first tab's test runs it for every family
+    expected = [icw_detect_cli(keys[0], [text])[0]] + [verify(text, k).to_dict() for k in keys[1:]]
+    for key, want in zip(keys, expected, strict=True):
+        status, hl, verdict, details = client.predict(text, key, "key", api_name="/detect")
+        assert details["z_score"] == pytest.approx(want["z_score"], abs=1e-9)
+        assert details["num_aligned"] == want["num_aligned"]
+        assert rendered_z(verdict) == pytest.approx(want["z_score"], abs=0.006)
+        assert labels(hl), hl
+    # the SA secret SMORE is spelled by the sentence initials S, M, O, R, E
+    status, hl, verdict, details = client.predict(text, keys[0], "key", api_name="/detect")
+    assert details["num_aligned"] == 5 and labels(hl) == {"matched initial"}
+
+
+def _key(family: str, seed: int, **params) -> str:
+    from icw import ICWKey
+    from icw.models import load_tokenizer
+
+    return ICWKey.create(family, seed, load_tokenizer("smollm2"), **params).to_string()
+
+
+def test_make_key_endpoint(space):
+    _, client = space
+    key, material = client.predict("wip", 7, 0.2, 500, 13, 18, "smollm2", api_name="/make_key")
+    assert key.startswith("icw:wip:seed=7,") and "tokenizer=smollm2" in key
+    assert "Green letters" in material
+    key, material = client.predict("sa", 7, 0.2, 500, 13, 12, "smollm2", api_name="/make_key")
+    from icw import ICWKey
+
+    assert ICWKey.from_string(key).secret_string in material and len(ICWKey.from_string(key).secret_string) == 12
+    key, material = client.predict("tsp", 7, 0.2, 500, 13, 18, "smollm2", api_name="/make_key")
+    assert "pool_size=500" in key and "100 tokens" in material
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"query": "   "}, "Type a question first"),
+        ({"key_string": "icw:wip:seed=oops"}, "Malformed key string"),
+        ({"key_string": "not a key"}, "Malformed key string"),
+        ({"key_string": "qwen3-wip"}, "made for the 'qwen3' tokenizer"),
+        ({"family": "tsp", "pool_size": 0}, "exceeds this model's context"),
+        ({"seed": None}, "seed must be a whole number"),
+    ],
+)
+def test_watermark_tab_bad_input_is_friendly(space, kwargs, message):
+    _, client = space
+    if kwargs.get("key_string") == "qwen3-wip":  # a valid key, but for another tokenizer
+        from icw import ICWKey
+        from icw.models import load_tokenizer
+
+        kwargs = {"key_string": ICWKey.create("wip", 1, load_tokenizer("qwen3")).to_string()}
+    with pytest.raises(AppError) as err:
+        generate(client, **kwargs)
+    assert message in str(err.value)
+    assert "Traceback" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "tokenizer", "message"),
+    [
+        ("", "icw:sa:seed=1,length=18", "key", "Paste the text"),
+        ("Some text.", "", "key", "key string is empty"),
+        ("Some text.", "icw:nope:seed=1", "key", "Malformed key string"),
+        ("Some text to check.", "smollm2-wip", "qwen3", "made for the 'smollm2' tokenizer"),
+    ],
+)
+def test_detect_tab_bad_input_is_friendly(space, text, key, tokenizer, message):
+    _, client = space
+    if key == "smollm2-wip":
+        key = _key("wip", 1)
+    with pytest.raises(AppError) as err:
+        client.predict(text, key, tokenizer, api_name="/detect")
+    assert message in str(err.value) and "Traceback" not in str(err.value)
+
+
+def test_detect_tab_nothing_to_score(space):
+    _, client = space
+    for key in ("icw:sa:seed=1,length=18", _key("wip", 2), _key("tsp", 2, pool_size=400)):
+        status, hl, verdict, details = client.predict("12345 67 890 ... !!!", key, "key", api_name="/detect")
+        assert verdict.startswith("**Nothing to score**"), verdict
+        assert details["num_tokens_scored"] == 0 and details["p_value"] == 1.0
+
+
+def test_long_text_is_capped_with_notice(space):
+    app, client = space
+    text = "Cats nap often. " * (app.MAX_TEXT_CHARS // 16 + 50)
+    status, hl, verdict, details = client.predict(text, "icw:sa:seed=1,length=18", "key", api_name="/detect")
+    assert f"only the first {app.MAX_TEXT_CHARS:,} were used" in status
+    assert len(details["text"]) == app.MAX_TEXT_CHARS
+
+
+@pytest.mark.slow
+def test_long_query_is_capped_with_notice(space):
+    app, client = space
+    status, *_, details = generate(client, query="Why is the sky blue? " * 120, tokens=8)
+    assert f"only the first {app.MAX_QUERY_CHARS:,} were used" in status and status.count("✔ Done") == 1
+    assert len(details["answers"]) == 3
+
+
+# --------------------------------------------------------------------------- packaging
+def test_space_folder_is_a_valid_space_repo():
+    import yaml
+    from packaging.requirements import Requirement
+
+    readme = (SPACE / "README.md").read_text(encoding="utf-8")
+    header = yaml.safe_load(readme.split("---")[1])
+    assert header["sdk"] == "gradio" and (SPACE / header["app_file"]).is_file()
+    assert header["license"] == "apache-2.0" and "HuggingFaceTB/SmolLM2-135M-Instruct" in header["models"]
+    import gradio
+
+    assert header["sdk_version"].split(".")[0] == gradio.__version__.split(".")[0]
+    reqs = [Requirement(line.split("#")[0].strip()) for line in (SPACE / "requirements.txt").read_text().splitlines()
+            if line.split("#")[0].strip()]
+    # requirements.txt must cover icw's own dependencies (the bundle ships icw's source)
+    import tomllib
+
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {r.name.lower().replace("_", "-") for r in reqs}
+    missing = [d for d in core if Requirement(d).name.lower().replace("_", "-") not in names]
+    assert not missing, f"add {missing} to spaces/icw-demo/requirements.txt"
+    assert "torch" in names
+
+
+def test_bundle_writes_an_uploadable_space(tmp_path):
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "launch_space.sh"), "--bundle", str(tmp_path / "space")],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert "Space folder ready" in out.stdout
+    for name in ("app.py", "README.md", "requirements.txt", "icw/__init__.py", "icw/verify.py"):
+        assert (tmp_path / "space" / name).is_file(), name
+    assert not list((tmp_path / "space").rglob("__pycache__"))
+
+
+def test_readme_first_command_launches_the_space(tmp_path):
+    """The README's first command (its launch part) serves the page and prints the URL."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = re.search(r"```bash\n(.*?)\n", readme).group(1).split("#")[0].strip()
+    assert "scripts/launch_space.sh" in first, first
+    launch = first.split("&&")[-1].strip()
+    env = {k: v for k, v in os.environ.items() if k != "GRADIO_SERVER_PORT"}
+    proc = subprocess.Popen(f"{launch} --port {_free_port()}", shell=True, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    try:
+        url, lines, deadline = None, [], time.time() + 150
+        while time.time() < deadline and url is None:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            lines.append(line)
+            match = re.search(r"running at (http://127\.0\.0\.1:\d+/?)", line)
+            url = match.group(1) if match else None
+        assert url, "".join(lines)
+        with urllib.request.urlopen(url + "config", timeout=30) as response:
+            config = response.read().decode()
+        assert "ICW: in-context watermarking demo" in config and "Watermark and detect" in config
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
