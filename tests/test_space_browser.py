@@ -1,0 +1,114 @@
+"""End to end in a real browser: headless Chromium (Debian's ``chromium``) drives the Space.
+
+Open the page, type a query, click generate, wait for the three answers, and check that
+z-scores and highlights are rendered; a screenshot is saved under the test's tmp folder (and
+copied to ``$ICW_SCREENSHOT_DIR`` when set). Skips with a clear message when Chromium or
+Playwright is missing: ``apt-get install -y chromium chromium-driver`` and
+``pip install playwright`` (never ``playwright install``: the system Chromium is used).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from test_space import TOKENS, launch_space
+
+CHROMIUM = os.environ.get("ICW_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"Chromium not found at {CHROMIUM}: apt-get install -y chromium chromium-driver "
+                "(or set ICW_CHROMIUM) to run the browser test", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright to run the browser test "
+                                 "(the system Chromium is used; no `playwright install` needed)")
+
+
+@pytest.fixture(scope="module")
+def space_url(smollm2):
+    _, demo = launch_space(smollm2)
+    yield demo.local_url
+    demo.close()
+
+
+@pytest.fixture
+def page(tmp_path):
+    with playwright.sync_playwright() as p:
+        # a fresh profile per test: --user-data-dir is how Playwright's persistent context sets it
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
+            viewport={"width": 1400, "height": 1000})
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def _save_screenshot(page, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("ICW_SCREENSHOT_DIR"):
+        Path(os.environ["ICW_SCREENSHOT_DIR"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(os.environ["ICW_SCREENSHOT_DIR"]) / name)
+    return path
+
+
+def _wait_for_key(page) -> str:
+    box = page.locator("#icw-key textarea")
+    page.wait_for_function("() => (document.querySelector('#icw-key textarea')?.value || '').startsWith('icw:')",
+                           timeout=60_000)
+    return box.input_value()
+
+
+def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
+    page.goto(space_url, wait_until="networkidle")
+    assert page.title() == "ICW: in-context watermarking demo"
+    key = _wait_for_key(page)
+    assert key.startswith("icw:wip:seed=42,")
+    assert "Green letters" in page.locator("#icw-key-material").inner_text()
+
+    # the random-key button changes the seed, and with it the key string
+    page.locator("#icw-random-key").click()
+    page.wait_for_function(f"() => document.querySelector('#icw-key textarea').value !== {key!r}", timeout=30_000)
+
+    page.locator("#icw-query textarea").fill("Why is the sky blue?")
+    tokens = page.locator("#icw-max-new-tokens input[type=number]")
+    tokens.fill(str(TOKENS))
+    tokens.press("Enter")
+    page.locator("#icw-generate").click()
+    for mode in ("plain", "instruction", "bias"):
+        page.wait_for_function(
+            f"() => (document.querySelector('#icw-verdict-{mode}')?.innerText || '').includes('z =')",
+            timeout=240_000)
+    page.wait_for_function("() => document.querySelector('#icw-status')?.innerText.includes('Done')",
+                           timeout=30_000)
+    shot = _save_screenshot(page, tmp_path, "space_watermark_and_detect.png")
+    assert shot.stat().st_size > 10_000
+
+    for mode in ("plain", "instruction", "bias"):
+        verdict = page.locator(f"#icw-verdict-{mode}").inner_text()
+        assert re.search(r"z = -?\d+\.\d\d · p = \d\.\de[-+]\d\d", verdict), verdict
+        assert re.search(r"(Watermarked|Not watermarked)", verdict), verdict
+        answer = page.locator(f"#icw-answer-{mode}")
+        assert answer.locator(".token").count() > 0
+        # the verifier's counted units are highlighted, and the legend names this family's labels
+        assert answer.locator(".token.highlighted").count() > 0
+        legend = answer.locator("[data-testid='highlighted-text:category-legend']").inner_text()
+        assert "green initial" in legend and "red initial" in legend and "green token" not in legend
+    assert "Done" in page.locator("#icw-status").inner_text()
+    assert "Traceback" not in page.content()
+
+
+def test_friendly_error_in_the_browser(space_url, page, tmp_path):
+    page.goto(space_url, wait_until="networkidle")
+    _wait_for_key(page)
+    page.locator("#icw-generate").click()  # no query typed
+    toast = page.get_by_text("Type a question first")
+    toast.wait_for(timeout=30_000)
+    assert "Traceback" not in page.content()
+    _save_screenshot(page, tmp_path, "space_empty_query.png")
