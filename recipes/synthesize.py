@@ -6,13 +6,11 @@
 Interrupt at any time: rerunning the same command resumes from <output_dir>/rows.jsonl.
 """
 
-from trl import TrlParser
-
-from icw.train.synthesis import SynthesisConfig, synthesize
+from icw.train.synthesis import make_parser, synthesize
 
 
 def main(argv: list[str] | None = None) -> None:
-    (config,) = TrlParser(SynthesisConfig).parse_args_and_config(argv)
+    (config,) = make_parser().parse_args_and_config(argv)
     synthesize(config)
 
 

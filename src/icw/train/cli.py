@@ -12,14 +12,13 @@ For multi-GPU runs launch the scripts with ``accelerate launch`` instead.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def _synthesize(args: argparse.Namespace) -> None:
-    from trl import TrlParser
+    from .synthesis import make_parser, synthesize
 
-    from .synthesis import SynthesisConfig, synthesize
-
-    (config,) = TrlParser(SynthesisConfig).parse_args_and_config(args.options)
+    (config,) = make_parser().parse_args_and_config(args.options)
     synthesize(config)
 
 
@@ -35,15 +34,25 @@ def _grpo(args: argparse.Namespace) -> None:
     main(args.options)
 
 
+class _PassThroughParser(argparse.ArgumentParser):
+    """Hands every argument after the sub-command to the recipe's ``TrlParser`` (``--config``,
+    ``--field value``, ``--help``), which knows the dataclass fields and rejects unknown ones."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        namespace = namespace if namespace is not None else argparse.Namespace()
+        for name, value in self._defaults.items():
+            setattr(namespace, name, value)
+        namespace.options = list(args or [])
+        return namespace, []
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="cold-start synthesis, SDLP and GRPO training")
-    train_sub = train.add_subparsers(dest="train_command", required=True)
+    train_sub = train.add_subparsers(dest="train_command", required=True, parser_class=_PassThroughParser)
     for name, func, text in (
         ("synthesize", _synthesize, "generate the cold-start dataset D_cs with the logit perturbation"),
         ("sdlp", _sdlp, "self-distillation with logit perturbation on D_cs"),
         ("grpo", _grpo, "GRPO with the verifier z as reward"),
     ):
-        parser = train_sub.add_parser(name, help=text, description=f"{text}. Options: --config FILE.yaml and any "
-                                      "field of the recipe's config as --name value (see recipes/).")
-        parser.add_argument("options", nargs=argparse.REMAINDER, help="--config FILE and --field value overrides")
+        parser = train_sub.add_parser(name, help=text, add_help=False)
         parser.set_defaults(func=func)

@@ -141,15 +141,23 @@ def grpo_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> A
                        desc="building GRPO prompts")
 
 
+def make_parser() -> Any:
+    """The ``TrlParser`` of ``recipes/grpo.py``: data, reward settings, trl's ``GRPOConfig`` and ``ModelConfig``."""
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    from .synthesis import DCSArguments
+
+    return TrlParser((DCSArguments, ICWRewardArguments, GRPOConfig, ModelConfig))
+
+
 def main(argv: Sequence[str] | None = None) -> Any:
     """Entry point of ``recipes/grpo.py`` and ``icw train grpo``."""
-    from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
+    from trl import GRPOTrainer, get_peft_config
     from trl.import_utils import is_vllm_available
 
-    from .synthesis import DCSArguments, load_policy
+    from .synthesis import load_policy
 
-    data_args, reward_args, config, model_args = TrlParser(
-        (DCSArguments, ICWRewardArguments, GRPOConfig, ModelConfig)).parse_args_and_config(
+    data_args, reward_args, config, model_args = make_parser().parse_args_and_config(
         None if argv is None else list(argv))
     if config.use_vllm and not is_vllm_available():
         raise ValueError("use_vllm is set but vLLM is not installed: pip install 'icw[vllm]' or set use_vllm: false")

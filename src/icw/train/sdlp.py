@@ -493,14 +493,22 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
 
 
 
+def make_parser() -> Any:
+    """The ``TrlParser`` of ``recipes/sdlp.py``: data, :class:`SDLPConfig` and trl's ``ModelConfig`` (LoRA fields)."""
+    from trl import ModelConfig, TrlParser
+
+    from .synthesis import DCSArguments
+
+    return TrlParser((DCSArguments, SDLPConfig, ModelConfig))
+
+
 def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
     """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
-    from trl import ModelConfig, TrlParser, get_peft_config
+    from trl import get_peft_config
 
-    from .synthesis import DCSArguments, load_policy
+    from .synthesis import load_policy
 
-    data_args, config, model_args = TrlParser((DCSArguments, SDLPConfig, ModelConfig)).parse_args_and_config(
-        None if argv is None else list(argv))
+    data_args, config, model_args = make_parser().parse_args_and_config(None if argv is None else list(argv))
     model, tokenizer = load_policy(model_args)
     dataset = data_args.load(seed=config.seed)
     trainer = SDLPTrainer(model, config, train_dataset=dataset, processing_class=tokenizer,

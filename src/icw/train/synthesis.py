@@ -50,8 +50,11 @@ class SynthesisConfig:
         default=None, metadata={"help": "Hub dataset of queries when no queries_file is given (e.g. vblagoje/lfqa)."})
     dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to draw queries from."})
     query_column: str = field(default="title", metadata={"help": "Column of dataset_name holding the question."})
-    num_h1: int = field(default=100, metadata={"help": "D_H1 rows per family (paper: 3379 TSP, 1865 WIP, 2906 SA)."})
-    num_h0: int = field(default=50, metadata={"help": "D_H0 rows per family (paper: 1000 TSP, 800 WIP, 800 SA)."})
+    num_h1: list[int] = field(default_factory=lambda: [100], metadata={
+        "help": "D_H1 rows: one count for every family, or one per family in `families` order "
+                "(paper: 3379 TSP, 1865 WIP, 2906 SA)."})
+    num_h0: list[int] = field(default_factory=lambda: [50], metadata={
+        "help": "D_H0 rows: one count, or one per family (paper: 1000 TSP, 800 WIP, 800 SA)."})
     seed_offset: int = field(default=TRAIN_SEED_OFFSET, metadata={"help": "First key seed of the training pool."})
     gammas: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3],
                                 metadata={"help": "TSP green fractions drawn per row (paper: 0.1, 0.2, 0.3)."})
@@ -74,6 +77,21 @@ class SynthesisConfig:
 
     def delta(self, family: str) -> float:
         return float(getattr(self, f"delta_{family}"))
+
+    def count(self, label: int, index: int) -> int:
+        """Rows of split ``label`` (1: D_H1, 0: D_H0) for the ``index``-th family."""
+        counts = self.num_h1 if label else self.num_h0
+        counts = [counts] if isinstance(counts, int) else list(counts)
+        if len(counts) not in (1, len(self.families)):
+            raise ValueError(f"num_h{label} needs one count or one per family ({len(self.families)}), got {counts}")
+        return int(counts[0] if len(counts) == 1 else counts[index])
+
+
+def make_parser() -> Any:
+    """The ``TrlParser`` of ``recipes/synthesize.py`` and ``icw train synthesize``."""
+    from trl import TrlParser
+
+    return TrlParser(SynthesisConfig)
 
 
 def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig) -> ICWKey:
@@ -114,15 +132,15 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
     if not queries:
         raise ValueError("the query list is empty")
     order = np.random.default_rng(config.seed).permutation(len(queries))
-    needed = len(config.families) * (config.num_h1 + config.num_h0)
+    needed = sum(config.count(label, i) for i in range(len(config.families)) for label in (1, 0))
     if needed > len(queries):
         warnings.warn(f"{needed} rows requested from {len(queries)} queries: queries are reused with other keys",
                       stacklevel=2)
     items, n = [], 0
     for f_index, family in enumerate(config.families):
-        for label, count in ((1, config.num_h1), (0, config.num_h0)):
-            for i in range(count):
-                seed = config.seed_offset + f_index * 10_000_000 + (1 - label) * 5_000_000 + i
+        for label in (1, 0):
+            for i in range(config.count(label, f_index)):
+                seed = config.seed_offset + FAMILIES.index(family) * 10_000_000 + (1 - label) * 5_000_000 + i
                 items.append({"id": f"{family}-h{label}-{i}", "family": family, "label": label, "seed": seed,
                               "query": queries[int(order[n % len(queries)])]})
                 n += 1
@@ -231,7 +249,7 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
                                    max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
                                    seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save)
     bar.close()
-    rows = [done[it["id"]] for it in items if it["id"] in done]
+    rows = list(done.values())  # earlier runs into the same folder (e.g. one family at a time) are kept
     dataset = Dataset.from_list(rows)
     dataset.to_parquet(str(out / "data.parquet"))
     table = statistics(rows)

@@ -1,0 +1,142 @@
+"""Every recipe YAML parses with the recipe's TrlParser (which rejects unknown keys), the SA
+anti-hacking gates, the GRPO reward rules and the `icw train` CLI wiring."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from icw import ICWKey
+from icw.train import grpo, sdlp, synthesis
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "recipes" / "configs").glob("*/*.yaml"))
+
+
+def _sft_module():
+    spec = importlib.util.spec_from_file_location("icw_recipe_sft", ROOT / "recipes" / "sft.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+PARSERS = {"synthesize": synthesis.make_parser, "sdlp": sdlp.make_parser, "grpo": grpo.make_parser,
+           "sft": lambda: _sft_module().make_parser()}
+
+
+def test_every_model_has_every_recipe():
+    models = {p.parent.name for p in CONFIGS}
+    assert models == {"qwen3-14b", "gpt-oss-20b", "smollm2-135m"}
+    for model in models:
+        assert {p.stem for p in CONFIGS if p.parent.name == model} == set(PARSERS)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_recipe_yaml_parses_with_trl_parser(path):
+    import torch
+
+    # GPU recipes ask for bf16, which TrainingArguments refuses on a machine without a GPU unless use_cpu is set
+    extra = [] if path.stem == "synthesize" or torch.cuda.is_available() else ["--use_cpu", "true"]
+    parsed = PARSERS[path.stem]().parse_args_and_config(["--config", str(path), *extra])
+    if path.stem == "sdlp":
+        _, config, model_args = parsed
+        assert isinstance(config, sdlp.SDLPConfig) and model_args.model_name_or_path
+        if path.parent.name != "smollm2-135m":  # the paper's reference hyperparameters
+            assert config.learning_rate == 7e-6 and config.top_k("tsp") == 1000 and config.top_k("wip") is None
+            assert (config.delta("tsp"), config.delta("wip"), config.delta("sa")) == (5.0, 3.0, 8.0)
+    if path.stem == "grpo":
+        _, reward_args, config, _ = parsed
+        if path.parent.name != "smollm2-135m":
+            assert config.num_generations == 8 and reward_args.min_completion_tokens == 200
+            assert config.learning_rate == 1e-6
+
+
+def test_unknown_yaml_key_is_rejected(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "recipes/configs/smollm2-135m/sdlp.yaml").read_text() + "torch_dtype: bfloat16\n")
+    with pytest.raises(ValueError, match="torch_dtype"):
+        sdlp.make_parser().parse_args_and_config(["--config", str(bad)])
+
+
+def test_accelerate_configs_load():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    for name in ("ddp", "zero3", "fsdp2", "cpu"):
+        config = load_config_from_file(str(ROOT / "recipes" / "accelerate_configs" / f"{name}.yaml"))
+        assert config.num_processes >= 1
+
+
+SA = ICWKey.create("sa", seed=1, secret="BEHSCTPLAWMONRIDUG")
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("**B**ees make honey in hives. Every colony has a queen.", "highlighted initials"),
+    ("<b>B</b>ees make honey in hives. Every colony has a queen.", "highlighted initials"),
+    ("B ees make honey in hives. Every colony has a queen.", "orphan letters"),
+    ("Bees make honey.\n\n# B\n\nEvery colony has a queen.", "letter headings"),
+    ("Bees make honey.\n- E: every colony has a queen.", "letter headings"),
+    ("The code is B-E-H-S-C-T-P-L-A. Bees make honey.", "secret written out"),
+])
+def test_sa_gates_fire_on_hacks(text, reason):
+    assert reason in grpo.sa_gates(text, SA)
+
+
+def test_sa_gates_pass_natural_prose():
+    text = ("Bees make honey from nectar. Each worker visits many flowers. Honey keeps for years because it is "
+            "dry and acidic. I think that is remarkable. A hive can hold thousands of bees.")
+    assert grpo.sa_gates(text, SA) == []
+
+
+def test_reward_is_z_with_length_rule_and_gates(qwen3):
+    wip = ICWKey.create("wip", seed=4, tokenizer=qwen3)
+    reward = grpo.ICWReward(qwen3, min_completion_tokens=5)
+    clean = "Bees make honey from nectar. Each worker visits many flowers every day."
+    texts = [clean, "Too short.", "**B**ees make honey from nectar. Each worker visits many flowers every day.", clean]
+    keys = [wip.to_string(), wip.to_string(), SA.to_string(), SA.to_string()]
+    ids = qwen3(texts, add_special_tokens=False)["input_ids"]
+    got = reward(prompts=[""] * 4, completions=[[{"role": "assistant", "content": t}] for t in texts],
+                 completion_ids=ids, key=keys)
+    from icw.verify import verify
+
+    assert got[0] == pytest.approx(verify(clean, wip, qwen3).z_score)
+    assert got[1] == 0.0  # shorter than the minimum
+    assert got[2] == 0.0  # gated
+    assert got[3] == pytest.approx(verify(clean, SA, num_null_keys=1).z_score)
+    with pytest.raises(ValueError, match="key"):
+        reward(prompts=[""], completions=["x"], completion_ids=[[1]])
+
+
+def test_grpo_dataset_builds_instructed_prompts(qwen3):
+    from datasets import Dataset
+
+    key = ICWKey.create("sa", seed=2).to_string()
+    ds = Dataset.from_list([{"family": "sa", "key": key, "query": "Why?", "response": "Because.", "label": 1,
+                             "z": 0.0, "perplexity": 1.0, "id": "sa-h1-0"}])
+    out = grpo.grpo_dataset(ds, qwen3)
+    assert set(out.column_names) == {"prompt", "key", "family"}
+    assert out[0]["prompt"][0]["content"] == ICWKey.from_string(key).prompt("Why?", qwen3)
+
+
+def test_synthesis_plan_draws_paper_key_parameters(qwen3):
+    config = synthesis.SynthesisConfig(families=["tsp", "sa"], num_h1=[6, 4], num_h0=[2], pool_size=300)
+    items = synthesis.plan(config, [f"q{i}" for i in range(40)])
+    assert [sum(1 for it in items if it["family"] == f and it["label"] == 1) for f in ("tsp", "sa")] == [6, 4]
+    assert len({it["query"] for it in items}) == len(items)  # no query reused while they last
+    keys = [synthesis.training_key(it["family"], it["seed"], qwen3, config) for it in items]
+    assert {k.gamma for k in keys if k.family == "tsp"} <= {0.1, 0.2, 0.3}
+    assert {k.length for k in keys if k.family == "sa"} <= {18, 19, 20}
+    assert min(it["seed"] for it in items) >= synthesis.TRAIN_SEED_OFFSET  # disjoint from evaluation seeds
+    with pytest.raises(ValueError, match="unknown family"):
+        synthesis.plan(synthesis.SynthesisConfig(families=["xyz"]), ["q"])
+
+
+def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
+    from icw.cli import main
+
+    assert main(["train", "synthesize", "--output_dir", str(tmp_path), "--families", "sa"]) == 2
+    assert "no training queries" in capsys.readouterr().err
+    assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
