@@ -1,0 +1,85 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from icw import ICWKey, verify
+from icw.cli import main
+
+TEXT = "Rain forms when water vapour condenses. Droplets merge and grow heavy. Gravity then pulls them down."
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(("family", "extra"), [("tsp", ["--gamma", "0.1"]), ("wip", []), ("sa", ["--length", "20"])])
+def test_key_new_prints_one_parseable_line(capsys, family, extra):
+    code, out, _ = run_cli(capsys, "key", "new", "--family", family, "--seed", "42", *extra)
+    assert code == 0 and out.count("\n") == 1
+    key = ICWKey.from_string(out)
+    assert key.family == family and key.seed == 42
+    if family == "sa":
+        assert len(key.secret_string) == 20
+    code, out, _ = run_cli(capsys, "key", "new", "--family", family, "--seed", "42", "--instruction", *extra)
+    assert code == 0 and (key.secret_string in out if family == "sa" else "<green>" in out)
+
+
+def test_detect_files_stdin_and_jsonl(capsys, tmp_path, monkeypatch, qwen3):
+    key = ICWKey.create("wip", seed=5, tokenizer=qwen3)
+    a, b = tmp_path / "a.txt", tmp_path / "b.jsonl"
+    a.write_text(TEXT)
+    b.write_text(json.dumps({"text": TEXT}) + "\n\n" + json.dumps({"text": TEXT[:40], "id": 2}) + "\n")
+    code, out, _ = run_cli(capsys, "detect", "--key", key.to_string(), str(a))
+    row = json.loads(out)
+    expected = verify(TEXT, key, qwen3)
+    for field in ("family", "z_score", "p_value", "num_tokens_scored", "num_aligned", "is_watermarked"):
+        assert row[field] == getattr(expected, field)
+    code, out, _ = run_cli(capsys, "detect", "--key", key.to_string(), "--jsonl", "--alpha", "0.5", str(b))
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(rows) == 2 and rows[0]["alpha"] == 0.5 and rows[0]["source"].endswith("b.jsonl:1")
+    monkeypatch.setattr(sys, "stdin", type("S", (), {"buffer": type("B", (), {"read": lambda self: TEXT.encode()})()})())
+    code, out, _ = run_cli(capsys, "detect", "--key", "icw:sa:seed=1,length=18")
+    assert code == 0 and json.loads(out)["family"] == "sa"
+
+
+def test_vocab(capsys):
+    code, out, _ = run_cli(capsys, "vocab", "--tokenizer", "qwen3")
+    assert code == 0 and json.loads(out)["v_en"] == 88492 and json.loads(out)["v_en_word"] == 41547
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["detect", "--key", "not-a-key", "FILE"], "malformed key"),
+        (["detect", "--key", "icw:nope:seed=1", "FILE"], "unknown ICW family 'nope'"),
+        (["detect", "--key", "TSPKEY", "--tokenizer", "gpt2", "FILE"], "built for tokenizer 'qwen3'"),
+        (["detect", "--key", "icw:sa:seed=1", "--jsonl", "FILE"], "not JSON"),
+        (["detect", "--key", "icw:sa:seed=1", "MISSING"], "No such file"),
+        (["detect", "--key", "icw:sa:seed=1", "BINARY"], "is not UTF-8 text"),
+        (["key", "new", "--family", "tsp", "--seed", "1", "--gamma", "2"], "gamma must lie strictly between 0 and 1"),
+    ],
+)
+def test_errors_are_one_clear_line(capsys, tmp_path, qwen3, args, message):
+    (tmp_path / "f.txt").write_text(TEXT)
+    (tmp_path / "bin").write_bytes(b"\xff\xfe\x00binary")
+    tsp = ICWKey.create("tsp", seed=1, tokenizer=qwen3).to_string()
+    subst = {"FILE": str(tmp_path / "f.txt"), "MISSING": str(tmp_path / "nope.txt"), "BINARY": str(tmp_path / "bin"), "TSPKEY": tsp}
+    code, out, err = run_cli(capsys, *[subst.get(a, a) for a in args])
+    assert code == 2 and out == ""
+    assert err.startswith("icw: error: ") and message in err and "Traceback" not in err
+
+
+def test_installed_entry_point(tmp_path):
+    exe = Path(sys.executable).with_name("icw")
+    f = tmp_path / "t.txt"
+    f.write_text(TEXT)
+    key = subprocess.run([str(exe), "key", "new", "--family", "sa", "--seed", "3"], capture_output=True, text=True, check=True).stdout
+    done = subprocess.run([str(exe), "detect", "--key", key.strip(), str(f)], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)["num_tokens_scored"] == 3
+    bad = subprocess.run([str(exe), "detect", "--key", "garbage"], input="x", capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -1,0 +1,171 @@
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from icw import ICWKey, ICWKeyError, KeyMismatchError, TextTooLongError, verify, vocabulary
+from icw.keys import SA_POOL
+from icw.verify import _codes, _secret_masks, lcs_lengths, wip_key_null_sf, z_statistic
+
+HUMAN = ("The committee met on Tuesday to discuss the budget. Members raised concerns about rising costs, "
+         "and several proposals were tabled for further review. A final decision is expected next month. ") * 3
+
+
+def python_lcs(a: str, b: str) -> int:
+    row = [0] * (len(b) + 1)
+    for ca in a:
+        prev = 0
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], prev + 1 if ca == cb else max(row[j], row[j - 1])
+    return row[-1]
+
+
+def test_bit_parallel_lcs_matches_dynamic_programming():
+    rng = random.Random(0)
+    for _ in range(300):
+        k = rng.randint(1, 63)
+        secret = "".join(rng.choice("ABCDE") for _ in range(k))
+        text = "".join(rng.choice("ABCDEF") for _ in range(rng.randint(1, 90)))
+        got = lcs_lengths(_secret_masks(_codes(secret)[None, :]), _codes(text)[None, :], k)[0]
+        assert got == python_lcs(secret, text)
+
+
+def test_tsp_statistic_and_exact_p_against_brute_force(gpt2):
+    # A 12-token pool makes every possible green set enumerable.
+    key = ICWKey.create("tsp", seed=11, tokenizer=gpt2, gamma=0.25, pool_size=12)
+    view = vocabulary(gpt2)
+    pool = view.v_en[:12]
+    text = "\n".join(view.surfaces[i] for i in pool[:7]) + "\nand more words that are not in the pool"
+    result = verify(text, key, gpt2)
+    ids = set(gpt2(text, add_special_tokens=False)["input_ids"])
+    scored = ids & set(pool.tolist())
+    green = set(key.token_set(gpt2).tolist())
+    n, x = len(scored), len(scored & green)
+    assert n == 7
+    assert (result.num_tokens_scored, result.num_aligned) == (n, x)
+    assert result.z_score == pytest.approx((x - n * 0.25) / math.sqrt(n * 0.25 * 0.75))
+    size = math.floor(0.25 * 12)
+    subsets = list(itertools.combinations(pool.tolist(), size))
+    brute = sum(len(scored & set(s)) >= x for s in subsets) / len(subsets)
+    assert result.p_value == pytest.approx(brute, rel=1e-9)
+
+
+def test_wip_exact_null_against_brute_force():
+    rng = np.random.default_rng(1)
+    for k in (1, 2, 3, 4):
+        counts = rng.integers(0, 6, size=26)
+        sums = np.array([counts[list(c)].sum() for c in itertools.combinations(range(26), k)])
+        for x in range(0, int(sums.max()) + 2):
+            assert wip_key_null_sf(counts, k, x) == pytest.approx((sums >= x).mean(), abs=1e-12)
+
+
+def test_wip_result_against_brute_force(qwen3):
+    key = ICWKey.create("wip", seed=2, tokenizer=qwen3, num_letters=3)
+    view = vocabulary(qwen3)
+    result = verify(HUMAN, key, qwen3)
+    words = {i for i in qwen3(HUMAN, add_special_tokens=False)["input_ids"] if view.is_word[i]}
+    letters = [int(view.word_letter[i]) for i in words]
+    counts = np.bincount(letters, minlength=26)
+    green = [ord(c) - 65 for c in key.green_letters]
+    x = int(counts[green].sum())
+    assert (result.num_tokens_scored, result.num_aligned) == (len(words), x)
+    p0 = float(view.letter_fractions[green].sum())
+    assert result.p0 == pytest.approx(p0) and result.z_score == pytest.approx(z_statistic(x, len(words), p0))
+    sums = [counts[list(c)].sum() for c in itertools.combinations(range(26), 3)]
+    assert result.p_value == pytest.approx(np.mean(np.array(sums) >= x))
+
+
+def test_sa_statistics():
+    key = ICWKey.create("sa", secret="HELLO")
+    text = "Here we go. Every day is new. Lots to do. Let us start. Over and out. Xylophones ring."
+    r = verify(text, key)
+    assert (r.num_tokens_scored, r.num_aligned) == (6, 5)
+    # the paper's permutation z: recompute the null by brute force over all orderings of Phi
+    perms = {"".join(p) for p in itertools.permutations("HELLOX")}
+    # every distinct ordering is equally likely under a uniform permutation of the multiset
+    values = np.array([python_lcs("HELLO", p) for p in perms])
+    assert r.null_mean == pytest.approx(values.mean(), abs=0.1)
+    assert r.null_sd == pytest.approx(values.std(ddof=1), abs=0.1)
+    assert r.z_score == pytest.approx((5 - r.null_mean) / r.null_sd)
+    assert r.permutation_p_value == pytest.approx((np.sum(values >= 5) / len(values) * 1000 + 1) / 1001, abs=0.01)
+    assert r.p_value_resolution == pytest.approx(1e-4)
+
+
+def test_sa_monte_carlo_p_against_enumeration():
+    # 2-letter secrets from the 20-letter pool: 400 keys, enumerable
+    key = ICWKey.create("sa", secret="TA")
+    text = "The cat sat. A dog ran. Then rain fell. Birds flew."
+    r = verify(text, key, num_null_keys=20000)
+    phi = "TATB"
+    exact = np.mean([python_lcs(a + b, phi) >= r.num_aligned for a in SA_POOL for b in SA_POOL])
+    sd = math.sqrt(exact * (1 - exact) / 20000)
+    assert abs(r.p_value - exact) < 4 * sd + 1e-4
+
+
+def test_results_state_statistic_null_and_p(qwen3):
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=1, tokenizer=qwen3 if family != "sa" else None)
+        r = verify(HUMAN, key, qwen3)
+        assert r.statistic and r.null_hypothesis and r.p_value_method
+        assert 0 < r.p_value <= 1 and math.isfinite(r.z_score)
+        assert r.is_watermarked == (r.p_value <= 0.01)
+        assert r.to_dict()["key"] == key.to_string()
+
+
+def test_batched_mixed_keys_equal_single_calls(qwen3):
+    texts = [HUMAN, "Rain forms when vapour condenses. Drops grow. Gravity wins.", HUMAN[:90]]
+    keys = [ICWKey.create("tsp", seed=1, tokenizer=qwen3), ICWKey.create("sa", seed=2), ICWKey.create("wip", seed=3, tokenizer=qwen3)]
+    batch = verify(texts, keys, qwen3)
+    for text, key, res in zip(texts, keys, batch, strict=True):
+        single = verify(text, key, qwen3)
+        assert single.to_dict() == res.to_dict()
+    # a key's own embedded tokenizer is loaded when none is given
+    assert verify(texts[0], keys[0]).to_dict() == batch[0].to_dict()
+
+
+def test_highlights(qwen3):
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=4, tokenizer=qwen3 if family != "sa" else None)
+        r = verify(HUMAN, key, qwen3, highlights=True)
+        assert r.highlights
+        for h in r.highlights:
+            assert HUMAN[h.start : h.end] == h.text
+        if family != "sa":
+            aligned = {qwen3.convert_tokens_to_ids(qwen3.tokenize(h.text)[0]) for h in r.highlights if h.aligned}
+            assert len(aligned) == r.num_aligned
+        else:
+            assert sum(h.aligned for h in r.highlights) == r.num_aligned
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t ", "这是一个完全用中文写成的句子，没有英文。", "1234 5678 !!! ???", "\x00\x01\x02\x7f" * 20])
+def test_texts_with_nothing_to_score(text, qwen3):
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=1, tokenizer=qwen3 if family != "sa" else None)
+        r = verify(text, key, qwen3)
+        assert r.num_tokens_scored == 0 and r.z_score == 0.0 and r.p_value == 1.0 and not r.is_watermarked
+        assert r.note
+
+
+def test_mostly_non_english_text_is_flagged(qwen3):
+    text = "Le ciel est bleu. " + "这是一个完全用中文写成的句子。" * 10
+    assert "non-English" in verify(text, ICWKey.create("wip", seed=1, tokenizer=qwen3), qwen3).note
+
+
+def test_bad_inputs(qwen3, gpt2):
+    key = ICWKey.create("tsp", seed=1, tokenizer=qwen3)
+    with pytest.raises(TextTooLongError, match="raise max_chars"):
+        verify("word " * 220_000, key, qwen3)
+    with pytest.raises(TypeError, match="bytes"):
+        verify(b"binary \xff\xfe junk", key, qwen3)
+    with pytest.raises(TypeError, match="text 1 is a int"):
+        verify(["fine", 3], key, qwen3)
+    with pytest.raises(ValueError, match="no texts"):
+        verify([], key, qwen3)
+    with pytest.raises(KeyMismatchError, match="built for tokenizer 'qwen3'"):
+        verify("Some text here.", key, gpt2)
+    with pytest.raises(ICWKeyError, match="malformed key"):
+        verify("Some text here.", "icw-tsp-1", qwen3)
+    with pytest.raises(ValueError, match="alpha"):
+        verify("Some text.", key, qwen3, alpha=5)
