@@ -89,6 +89,11 @@ def test_single_text_per_call_key_and_alpha(qwen3):
     texts = [text, TEXTS[0], TEXTS[1], text[:50], TEXTS[0][::-1]]
     assert det(texts, key=k1, batch_size=2) == det(texts, key=k1)
     assert "highlights" not in det(text, key=k1, highlights=False)
+    # generators stream lazily, in batches
+    stream = det((t for t in texts), key=k1, batch_size=2)
+    assert not isinstance(stream, list) and list(stream) == det(texts, key=k1)
+    with pytest.raises(ValueError, match="one shared key"):
+        det(iter(texts), key=[k1, k2])
 
 
 def test_spans_are_character_offsets(gpt2):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -111,13 +112,15 @@ def _pipeline_class() -> type:
     """Build the pipeline class on first use: its base class lives in ``transformers.pipelines``."""
     from transformers.pipelines import Pipeline
 
-    from .keys import as_key, as_keys
+    from .keys import ICWKey, as_key, as_keys
     from .verify import DEFAULT_ALPHA, verify
 
     class ICWDetectionPipeline(Pipeline):
         """Verify texts against ICW keys; one dict per text.
 
-        Call with a string (returns a dict) or a list of strings (returns a list), and per call
+        Call with a string (returns a dict), a list of strings (returns a list) or any other
+        iterable of strings such as a generator or a ``datasets`` column (returns a lazy
+        iterator, verified ``batch_size`` texts at a time), and per call
         ``key=`` (one key, or one per text), ``alpha=`` and ``highlights=`` (default ``True``).
         Every dict has ``family``, ``z_score`` (the paper's z), ``p_value`` (exact for TSP/WIP,
         Monte Carlo for SA), ``is_watermarked`` (``p_value <= alpha``), ``num_tokens_scored``,
@@ -171,7 +174,24 @@ def _pipeline_class() -> type:
                     out += self._forward({"texts": list(inputs[start:start + size])},
                                          key=keys[start:start + size], alpha=alpha, highlights=highlights)
                 return out
+            if isinstance(inputs, Iterable) and not isinstance(inputs, (bytes, dict)):
+                if not isinstance(key, (ICWKey, str, dict)):
+                    raise ValueError("a stream of texts takes one shared key; pass a list to give one key per text")
+                return self._stream(inputs, key, alpha, highlights, batch_size or self._batch_size or 64)
             raise TypeError(f"icw-detection takes a string or a list of strings, got {type(inputs).__name__}")
+
+        def _stream(self, inputs: Iterable, key: Any, alpha: float, highlights: bool, size: int) -> Iterator[dict]:
+            """Lazily verify a generator or a ``datasets`` column, ``size`` texts at a time."""
+            chunk: list[str] = []
+            for text in inputs:
+                chunk.append(text)
+                if len(chunk) == size:
+                    yield from self._forward({"texts": chunk}, key=as_keys(key, len(chunk)), alpha=alpha,
+                                             highlights=highlights)
+                    chunk = []
+            if chunk:
+                yield from self._forward({"texts": chunk}, key=as_keys(key, len(chunk)), alpha=alpha,
+                                         highlights=highlights)
 
         def preprocess(self, text: str, **kwargs: Any) -> dict[str, Any]:
             return {"texts": [text]}
