@@ -160,13 +160,20 @@ def build_rows(family: str, split: str, queries: list[tuple[str, str]], tokenize
     return rows
 
 
-def _write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
+def _write_parquet(rows: list[dict[str, Any]], path: Path, progress: bool = True) -> None:
     import datasets
 
     features = datasets.Features({c: datasets.Value("int64" if c == "seed" else "string") for c in COLUMNS})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    datasets.Dataset.from_list(rows, features=features).to_parquet(str(tmp))
+    quiet = datasets.is_progress_bar_enabled() and not progress
+    if quiet:
+        datasets.disable_progress_bars()
+    try:
+        datasets.Dataset.from_list(rows, features=features).to_parquet(str(tmp))
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
     os.replace(tmp, path)  # atomic: an interrupted build never leaves a half-written split
 
 
@@ -204,7 +211,7 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
             if done.get(f"{family}/{split}") == len(queries) and path.is_file():
                 continue
             _write_parquet(build_rows(family, split, queries, tokenizer, config.pool_size, config.gamma, progress),
-                           path)
+                           path, progress)
             done[f"{family}/{split}"] = len(queries)
             record.write_text(json.dumps({"settings": settings, "written": done}, indent=1), encoding="utf-8")
     (out / "README.md").write_text(dataset_card(config, counts, source, tokenizer), encoding="utf-8")
