@@ -1,0 +1,167 @@
+"""Shared helpers for the benchmark scripts: human-written English from gensim's test data.
+
+gensim 4.4.0 ships three small English corpora in ``gensim/test/test_data``. We read the
+files directly (the package is located with ``importlib.util.find_spec`` and never imported):
+
+* ``lee_background.cor``: 300 news documents, one per line;
+* ``lee.cor``: 50 more news documents;
+* ``enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2``: 107 Wikipedia
+  articles, from which we keep the paragraphs of more than 40 words after stripping the
+  wiki markup roughly (templates, tables, references, links, emphasis, headings, lists).
+
+None of this text was written with any ICW key in mind, so every watermark test on it is a
+test under the null hypothesis.
+"""
+
+from __future__ import annotations
+
+import bz2
+import importlib.util
+import os
+import re
+import statistics
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+
+WIKI_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+MIN_WIKI_WORDS = 40
+
+
+def gensim_test_data() -> Path:
+    """``gensim/test/test_data`` of the installed gensim, found without importing gensim."""
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the benchmarks read human text shipped with gensim: pip install gensim==4.4.0")
+    path = Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
+    if not (path / "lee_background.cor").exists():
+        raise RuntimeError(f"{path} lacks lee_background.cor: reinstall gensim==4.4.0")
+    return path
+
+
+def _lines(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+
+
+_TEMPLATE = re.compile(r"\{\{[^{}]*\}\}")
+_TABLE = re.compile(r"\{\|.*?\|\}", re.S)
+_REF = re.compile(r"<ref[^>/]*/>|<ref[^>]*>.*?</ref>", re.S | re.I)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_TAG = re.compile(r"<[^>]+>")
+_FILE_LINK = re.compile(r"\[\[(?:File|Image|Category|[a-z]{2,3}(?:-[a-z]+)?):", re.I)
+_LINK = re.compile(r"\[\[(?:[^|\[\]]*\|)?([^\[\]]*)\]\]")
+_EXT_LINK = re.compile(r"\[https?://[^\s\]]+\s*([^\]]*)\]")
+_EMPHASIS = re.compile(r"'{2,}")
+_SPACES = re.compile(r"[ \t]+")
+
+
+def _drop_file_links(text: str) -> str:
+    """Remove ``[[File:...]]``-like links, whose captions may nest further links."""
+    out, pos = [], 0
+    for match in _FILE_LINK.finditer(text):
+        if match.start() < pos:
+            continue  # inside a link already dropped
+        out.append(text[pos:match.start()])
+        depth, i = 0, match.start()
+        while i < len(text):
+            if text.startswith("[[", i):
+                depth, i = depth + 1, i + 2
+            elif text.startswith("]]", i):
+                depth, i = depth - 1, i + 2
+                if depth == 0:
+                    break
+            else:
+                i += 1
+        pos = i
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def strip_wiki_markup(text: str) -> list[str]:
+    """Rough plain text of a wiki article, as a list of paragraphs (not a full parser)."""
+    text = _COMMENT.sub("", text)
+    text = _REF.sub("", text)
+    for _ in range(5):  # nested templates, innermost first
+        text, n = _TEMPLATE.subn("", text)
+        if not n:
+            break
+    text = _TABLE.sub("", text)
+    text = _drop_file_links(text)
+    text = _LINK.sub(r"\1", text)
+    text = _EXT_LINK.sub(r"\1", text)
+    text = _TAG.sub("", text)
+    text = _EMPHASIS.sub("", text)
+    text = text.replace("&nbsp;", " ").replace("&amp;", "&").replace("&quot;", '"')
+    paragraphs = []
+    for block in text.split("\n"):
+        block = _SPACES.sub(" ", block).strip()
+        if not block or block[0] in "=*#:;|!{}" or block.startswith("__"):
+            continue  # headings, lists, indents, table remains, magic words
+        paragraphs.append(block)
+    return paragraphs
+
+
+@lru_cache(maxsize=1)
+def wikipedia_paragraphs(min_words: int = MIN_WIKI_WORDS) -> tuple[str, ...]:
+    """Paragraphs of more than ``min_words`` words from gensim's shortened Wikipedia dump."""
+    out: list[str] = []
+    with bz2.open(gensim_test_data() / WIKI_FILE, "rb") as handle:
+        for _, elem in ET.iterparse(handle):
+            if elem.tag.rsplit("}", 1)[-1] == "text" and elem.text and not elem.text.lstrip().startswith("#REDIRECT"):
+                out.extend(p for p in strip_wiki_markup(elem.text) if len(p.split()) > min_words)
+            elem.clear()
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def human_passages() -> tuple[tuple[str, str], ...]:
+    """Every human passage as ``(source, text)``: 300 + 50 news documents, then Wikipedia paragraphs."""
+    data = gensim_test_data()
+    out = [("lee_background", t) for t in _lines(data / "lee_background.cor")]
+    out += [("lee", t) for t in _lines(data / "lee.cor")]
+    out += [("wikipedia", t) for t in wikipedia_paragraphs()]
+    return tuple(out)
+
+
+def texts_of_tokens(tokenizer: Any, num_texts: int, num_tokens: int = 600) -> list[str]:
+    """``num_texts`` human texts of exactly ``num_tokens`` tokens (consecutive passages joined
+    by blank lines, then cut at the ``num_tokens``-th token's end)."""
+    passages = [t for _, t in human_passages()]
+    texts: list[str] = []
+    i = 0
+    while len(texts) < num_texts:
+        if i >= len(passages):
+            raise ValueError(f"not enough human text for {num_texts} texts of {num_tokens} tokens")
+        parts: list[str] = []
+        while i < len(passages):
+            parts.append(passages[i])
+            i += 1
+            joined = "\n\n".join(parts)
+            enc = tokenizer(joined, add_special_tokens=False, return_offsets_mapping=True)
+            if len(enc["input_ids"]) >= num_tokens:
+                texts.append(joined[: enc["offset_mapping"][num_tokens - 1][1]])
+                break
+    return texts
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` calls (seconds)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)

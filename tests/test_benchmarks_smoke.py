@@ -1,0 +1,77 @@
+"""Each benchmark script's ``main(["--quick"])`` runs in-process, so the scripts cannot rot."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"icw_benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(printed: str) -> list[list[str]]:
+    """Cells of the markdown table rows (header and separator excluded)."""
+    lines = [line for line in printed.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def test_common_human_text():
+    common = _load("_common")
+    passages = common.human_passages()
+    sources = {s for s, _ in passages}
+    assert sources == {"lee_background", "lee", "wikipedia"}
+    assert sum(s == "lee_background" for s, _ in passages) == 300
+    wiki = common.wikipedia_paragraphs()
+    assert len(wiki) > 3000 and all(len(p.split()) > common.MIN_WIKI_WORDS for p in wiki)
+    assert not any("[[" in p or "{{" in p or "'''" in p for p in wiki)  # markup stripped
+    assert common.strip_wiki_markup("'''Bold''' [[Link|shown]] text{{cite|x}}<ref>r</ref>.\n== H ==") == ["Bold shown text."]
+
+
+def test_verify_speed_quick(capsys, qwen3):
+    results = _load("verify_speed").main(["--quick"])
+    printed = capsys.readouterr().out
+    rows = _rows(printed)
+    assert [r[0] for r in rows] == ["tsp", "wip", "sa"]
+    assert "SA (N=1000)" in printed and "TSP within 1.3x" in printed and "WIP within 1.3x" in printed
+    assert results["tsp"]["max_abs_dz"] == 0.0  # same statistic as the reference (checked in the script too)
+    assert all(results[f]["icw"] > 0 for f in ("tsp", "wip", "sa"))
+    texts = _load("_common").texts_of_tokens(qwen3, 2, 600)
+    assert [len(qwen3(t, add_special_tokens=False)["input_ids"]) for t in texts] == [600, 600]
+
+
+def test_fpr_audit_quick(capsys):
+    rows = _load("fpr_audit").main(["--quick", "--no-progress"])
+    printed = capsys.readouterr().out
+    table = _rows(printed)
+    assert [(r[0], r[1]) for r in table] == [("tsp", "qwen3"), ("tsp", "gpt2"), ("wip", "qwen3"), ("wip", "gpt2"),
+                                            ("sa", "any (tokenizer-free)")]
+    assert all(r["tests"] == 30 and 0.0 <= r["fpr_exact"] <= 1.0 for r in rows)
+    assert all(re.fullmatch(r"\d+\.\d\d% \(\d+\)", r[5]) for r in table)
+
+
+@pytest.mark.slow
+def test_processor_overhead_quick(capsys):
+    import torch
+
+    threads = torch.get_num_threads()
+    try:  # one thread: two would oversubscribe a busy 2-core CI machine
+        speeds = _load("processor_overhead").main(["--quick", "--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    table = _rows(printed)
+    configs = ["none", "tsp", "wip", "sa", "hf-watermark"]
+    assert [(r[0], r[1]) for r in table] == [(b, c) for b in ("1", "8") for c in configs]
+    assert all(v > 0 for v in speeds.values())
+    assert "SA at batch 8" in printed
