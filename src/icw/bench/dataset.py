@@ -109,7 +109,11 @@ def lfqa_queries(num_test: int, num_train: int, seed: int = 0) -> tuple[list[tup
 
     def pairs(split: str) -> list[tuple[str, str]]:
         ds = datasets.load_dataset(LFQA_ID, split=split)
-        return [(q.strip(), f"lfqa:{split}:{i}") for i, q in enumerate(ds["question"]) if q and q.strip()]
+        # LFQA (ELI5-derived) keeps the question in "title"; accept the usual alternatives too
+        column = next((c for c in ("title", "question", "query") if c in ds.column_names), None)
+        if column is None:
+            raise ValueError(f"{LFQA_ID}[{split}] has no question column (looked for title, question, query)")
+        return [(q.strip(), f"lfqa:{split}:{i}") for i, q in enumerate(ds[column]) if q and q.strip()]
 
     rng = np.random.default_rng(seed)
     pool = pairs("test")
