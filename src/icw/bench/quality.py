@@ -1,0 +1,201 @@
+"""Answer quality for ICWBench: reference-model perplexity and LLM-as-a-judge scores.
+
+* Perplexity of a response ``y`` to query ``q`` under a reference model ``M``:
+  ``PPL = exp(-1/|y| * sum_t log p_M(y_t | chat(q), y_<t))``, i.e. the response is scored
+  after the query rendered with ``M``'s chat template (the paper used two large models; the
+  default here is the embedded SmolLM2, any transformers model can be named).
+* Judge: an OpenAI-compatible chat model rates Relevance, Clarity, Informativeness and
+  Factual Correctness from 1 to 5. Replies are parsed robustly (JSON, ``name: n`` lines, or
+  four bare digits); an unparsable reply is retried and, if it stays unparsable, recorded
+  with its raw text and an ``error`` field, never dropped.
+
+Results go to ``RUN_DIR/quality.jsonl`` keyed like the responses (with ``attack`` holding
+``ppl:<reference>`` or ``judge:<model>``), so quality is resumable too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+JUDGE_DIMENSIONS = ("relevance", "clarity", "informativeness", "factual_correctness")
+JUDGE_PROMPT = """You are grading an assistant's answer to a user's question.
+
+Question:
+{query}
+
+Answer:
+{response}
+
+Rate the answer on four criteria, each an integer from 1 (very poor) to 5 (excellent):
+- relevance: does it address the question that was asked?
+- clarity: is it well organised and easy to read?
+- informativeness: does it give useful, sufficiently detailed content?
+- factual_correctness: are its statements accurate?
+
+Reply with one JSON object and nothing else, for example:
+{{"relevance": 4, "clarity": 5, "informativeness": 3, "factual_correctness": 4}}"""
+
+
+# ------------------------------------------------------------------------------- perplexity
+def perplexities(model: Any, tokenizer: Any, queries: Sequence[str], responses: Sequence[str],
+                 batch_size: int = 4) -> list[float | None]:
+    """Perplexity of each response given its query under ``model`` (None for an empty response).
+
+    Example:
+        >>> from icw.models import load_model
+        >>> model, tok = load_model()
+        >>> [round(p) > 1 for p in perplexities(model, tok, ["Say hi."], ["Hi! How can I help you today?"])]
+        [True]
+    """
+    import torch
+
+    from ..generation import chat_prompt
+
+    if len(queries) != len(responses):
+        raise ValueError(f"got {len(queries)} queries and {len(responses)} responses")
+    rows = []
+    for query, response in zip(queries, responses, strict=True):
+        prompt = tokenizer(chat_prompt(tokenizer, query), add_special_tokens=False)["input_ids"]
+        answer = tokenizer(response, add_special_tokens=False)["input_ids"] if response else []
+        rows.append((prompt, answer))
+    limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
+    out: list[float | None] = [None] * len(rows)
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order = [i for i, (_, a) in enumerate(rows) if a]
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        seqs, masks = [], []
+        for i in batch:
+            prompt, answer = rows[i]
+            ids = (prompt + answer)[-limit:]  # keep the response; trim the prompt's front if too long
+            seqs.append(ids)
+            masks.append([0] * (len(ids) - len(answer)) + [1] * len(answer))
+        width = max(map(len, seqs))
+        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)
+        attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
+        scored = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=device, dtype=torch.float32)
+        with torch.inference_mode():
+            logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, 1:], reduction="none")
+        weight = scored[:, 1:]
+        mean = (nll * weight).sum(1) / weight.sum(1).clamp(min=1)
+        for i, value in zip(batch, mean.tolist(), strict=True):
+            out[i] = math.exp(value)
+    return out
+
+
+def perplexity_family(store: Any, quality: Any, model_id: str, family: str, reference: str,
+                      batch_size: int = 4) -> int:
+    """Perplexity of every finished, unattacked positive of ``family`` under ``reference``."""
+    from ..models import load_model
+
+    tag = f"ppl:{reference}"
+    todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
+            and r.get("attack", "none") == "none" and not r.get("error")
+            and not quality.done({**_qkey(r), "attack": tag})]
+    if not todo:
+        return 0
+    model, tok = load_model(reference)
+    for start in tqdm(range(0, len(todo), batch_size), desc=f"{family} perplexity ({reference})"):
+        part = todo[start : start + batch_size]
+        values = perplexities(model, tok, [r["query"] for r in part], [r["response"] for r in part], batch_size)
+        quality.append({**_qkey(r), "attack": tag, "metric": "ppl", "reference": reference, "value": v}
+                       for r, v in zip(part, values, strict=True))
+    return len(todo)
+
+
+def _qkey(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: record[k] for k in ("model", "family", "id", "role")}
+
+
+# ------------------------------------------------------------------------------------ judge
+def parse_judge(text: str) -> dict[str, int] | None:
+    """The four 1-5 scores from a judge reply, or None when they cannot be read.
+
+    Accepts a JSON object (anywhere in the reply, keys case/space-insensitive), lines like
+    ``Relevance: 4`` or ``Factual correctness - 5/5``, or exactly four bare digits 1-5.
+
+    Example:
+        >>> parse_judge('Sure! {"Relevance": 5, "clarity": 4, "informativeness": 4, "factual correctness": 3}')
+        {'relevance': 5, 'clarity': 4, 'informativeness': 4, 'factual_correctness': 3}
+        >>> parse_judge("I like it") is None
+        True
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+
+    def norm(name: str) -> str:
+        return re.sub(r"[^a-z]+", "_", name.lower()).strip("_")
+
+    def valid(scores: dict[str, Any]) -> dict[str, int] | None:
+        got = {}
+        for dim in JUDGE_DIMENSIONS:
+            value = scores.get(dim)
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                return None
+            if not (1 <= number <= 5 and number == int(number)):
+                return None
+            got[dim] = int(number)
+        return got
+
+    for match in re.finditer(r"\{[^{}]*\}", text, flags=re.S):
+        try:
+            data = json.loads(match.group())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            found = valid({norm(k): v for k, v in data.items()})
+            if found:
+                return found
+    named = {}
+    for dim in JUDGE_DIMENSIONS:
+        pattern = dim.replace("_", r"[\s_-]*")
+        m = re.search(rf"{pattern}\W{{0,6}}([1-5])(?!\d)", text, flags=re.I)
+        if m:
+            named[dim] = m.group(1)
+    found = valid(named)
+    if found:
+        return found
+    digits = re.findall(r"(?<![\d.])([1-5])(?![\d.])", text)
+    if len(digits) == len(JUDGE_DIMENSIONS) and len(re.findall(r"\d", text)) == len(JUDGE_DIMENSIONS):
+        return dict(zip(JUDGE_DIMENSIONS, map(int, digits), strict=True))
+    return None
+
+
+def judge_one(client: Any, query: str, response: str, attempts: int = 3) -> dict[str, Any]:
+    """Ask the judge, re-asking on unparsable replies; returns scores or an ``error`` with the raw reply."""
+    prompt = JUDGE_PROMPT.format(query=query, response=response)
+    raw = None
+    error = None
+    for _ in range(attempts):
+        try:
+            raw = client.complete(prompt, max_tokens=80)
+        except RuntimeError as err:
+            error = str(err)
+            continue
+        scores = parse_judge(raw)
+        if scores:
+            return {"scores": scores, "raw": raw}
+        error = "the judge's reply holds no four 1-5 scores"
+    return {"scores": None, "raw": raw, "error": error}
+
+
+def judge_family(store: Any, quality: Any, model_id: str, family: str, client: Any, attempts: int = 3) -> int:
+    """Judge every finished, unattacked positive of ``family`` not yet judged by ``client.model``."""
+    tag = f"judge:{client.model}"
+    todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
+            and r.get("attack", "none") == "none" and not r.get("error")
+            and not quality.done({**_qkey(r), "attack": tag})]
+    for record in tqdm(todo, desc=f"{family} judge ({client.model})", disable=not todo):
+        result = judge_one(client, record["query"], record["response"], attempts)
+        quality.append([{**_qkey(record), "attack": tag, "metric": "judge", "judge": client.model, **result}])
+    return len(todo)

@@ -1,0 +1,212 @@
+"""``icw bench report RUN_DIR``: the results of ``icw bench run`` as tables, figures and JSON.
+
+Writes into the run directory:
+
+* ``results.json``: the summary the model-card command reads (format: results_schema);
+* ``report.md``: detection in the layout of the paper's Table 2 (AUC and TPR@1%FPR per
+  family), quality in the layout of Table 3 (perplexity per reference model, the four judge
+  scores and their mean), mean z of positives vs negatives, and AUC after each attack;
+* ``roc_<family>.png`` and ``z_hist_<family>.png`` (matplotlib, Agg backend).
+
+All statistics come from :func:`icw.detection.detection_report` on paired scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..keys import FAMILIES, FAMILY_NAMES
+from .quality import JUDGE_DIMENSIONS
+from .runner import QUALITY, RESPONSES, RUN_CONFIG, load_records
+from .scoring import detection_summary, paired_scores
+
+_JUDGE_SHORT = {"relevance": "R", "clarity": "C", "informativeness": "I", "factual_correctness": "FC"}
+
+
+def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
+    """The ``results.json`` object of a run directory."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RESPONSES).exists():
+        raise ValueError(f"{run_dir} has no {RESPONSES}: pass the --out folder of an `icw bench run`")
+    config = json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8")) if (run_dir / RUN_CONFIG).exists() else {}
+    records = load_records(run_dir)
+    quality = load_records(run_dir, QUALITY) if (run_dir / QUALITY).exists() else []
+    models = sorted({r["model"] for r in records})
+    if len(models) > 1:
+        raise ValueError(f"{run_dir} mixes results of several models ({models}); report one run folder per model")
+    result: dict[str, Any] = {
+        "model": models[0] if models else config.get("model"), "base_model": config.get("base_model"),
+        "adapter": "peft/lora" if config.get("adapter") else None, "dataset": config.get("dataset"),
+        "mode": config.get("mode"), "max_new_tokens": config.get("max_new_tokens"), "families": {},
+        "num_failed": sum(1 for r in records if r.get("error")),
+    }
+    for family in FAMILIES:
+        pos, neg = paired_scores(records, family)
+        summary = detection_summary(pos, neg, num_bootstrap=num_bootstrap)
+        if summary is None:
+            continue
+        summary["ppl"], summary["ppl_by_model"] = _perplexity(quality, family)
+        summary["judge"], summary["judge_failures"] = _judge(quality, family)
+        attacks = sorted({r["attack"] for r in records if r["family"] == family and r.get("attack", "none") != "none"})
+        summary["attacks"] = {}
+        for attack in attacks:
+            apos, aneg = paired_scores(records, family, attack)
+            got = detection_summary(apos, aneg, num_bootstrap=num_bootstrap)
+            if got:
+                summary["attacks"][attack] = {"auc": got["auc"], "tpr_at_1fpr": got["tpr_at_1fpr"],
+                                              "num_positive": got["num_positive"],
+                                              "mean_z_positive": got["mean_z_positive"]}
+        result["families"][family] = summary
+    return result
+
+
+def _perplexity(quality: list[dict[str, Any]], family: str) -> tuple[float | None, dict[str, float]]:
+    by_model: dict[str, list[float]] = {}
+    for q in quality:
+        if q.get("family") == family and q.get("metric") == "ppl" and q.get("value") is not None:
+            by_model.setdefault(q["reference"], []).append(q["value"])
+    means = {m: float(np.mean(v)) for m, v in by_model.items()}
+    # like the paper's ablation table: the mean over reference models of their mean perplexity
+    return (float(np.mean(list(means.values()))) if means else None), means
+
+
+def _judge(quality: list[dict[str, Any]], family: str) -> tuple[dict[str, float] | None, int]:
+    rows = [q for q in quality if q.get("family") == family and q.get("metric") == "judge"]
+    scored = [q["scores"] for q in rows if q.get("scores")]
+    if not scored:
+        return None, len(rows)
+    return {d: float(np.mean([s[d] for s in scored])) for d in JUDGE_DIMENSIONS}, len(rows) - len(scored)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """Tables 2 and 3 of the paper for one model, plus mean z and attacks."""
+    fams = [f for f in FAMILIES if f in result["families"]]
+    F = result["families"]
+    name = result["model"] + (f" (adapter on {result['base_model']})" if result.get("base_model") else "")
+    lines = [f"# ICWBench: {name}", "",
+             f"Dataset `{result.get('dataset')}`, mode `{result.get('mode')}`, "
+             f"max new tokens {result.get('max_new_tokens')}.", ""]
+    lines += ["## Detection (paper Table 2)", "",
+              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} TPR@1%FPR" for f in fams) + " |",
+              "|---|" + "---:|---:|" * len(fams),
+              f"| {result['model']} | " + " | ".join(f"{_fmt(F[f]['auc'])} | {_fmt(F[f]['tpr_at_1fpr'])}"
+                                                     for f in fams) + " |", ""]
+    lines += ["## Scores per family", "",
+              "| Family | n (pos/neg) | mean z positive | mean z negative | AUC [95% CI] | TPR@1%FPR [95% CI] |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for f in fams:
+        s = F[f]
+        lines.append(f"| {FAMILY_NAMES[f]} ({f.upper()}) | {s['num_positive']}/{s['num_negative']} | "
+                     f"{_fmt(s['mean_z_positive'], 2)} | {_fmt(s['mean_z_negative'], 2)} | "
+                     f"{_fmt(s['auc'])} [{_fmt(s['auc_ci'][0])}, {_fmt(s['auc_ci'][1])}] | "
+                     f"{_fmt(s['tpr_at_1fpr'])} [{_fmt(s['tpr_ci'][0])}, {_fmt(s['tpr_ci'][1])}] |")
+    refs = sorted({m for f in fams for m in F[f].get("ppl_by_model", {})})
+    if refs or any(F[f].get("judge") for f in fams):
+        head = [f"PPL ({r})" for r in refs] + [_JUDGE_SHORT[d] for d in JUDGE_DIMENSIONS] + ["Avg"]
+        lines += ["", "## Quality (paper Table 3)", "",
+                  "| Family | " + " | ".join(head) + " | judge failures |", "|---|" + "---:|" * (len(head) + 1)]
+        for f in fams:
+            s, judge = F[f], F[f].get("judge")
+            cells = [_fmt(s.get("ppl_by_model", {}).get(r), 2) for r in refs]
+            cells += [_fmt(judge[d], 2) if judge else "-" for d in JUDGE_DIMENSIONS]
+            cells.append(_fmt(float(np.mean(list(judge.values()))), 2) if judge else "-")
+            lines.append(f"| {f.upper()} | " + " | ".join(cells) + f" | {s.get('judge_failures', 0)} |")
+    attacks = sorted({a for f in fams for a in F[f].get("attacks", {})})
+    if attacks:
+        lines += ["", "## Robustness: AUC (TPR@1%FPR) after each attack", "",
+                  "| Family | none | " + " | ".join(attacks) + " |", "|---|" + "---:|" * (len(attacks) + 1)]
+        for f in fams:
+            cells = [f"{_fmt(F[f]['auc'])} ({_fmt(F[f]['tpr_at_1fpr'], 2)})"]
+            for a in attacks:
+                got = F[f]["attacks"].get(a)
+                cells.append(f"{_fmt(got['auc'])} ({_fmt(got['tpr_at_1fpr'], 2)})" if got else "-")
+            lines.append(f"| {f.upper()} | " + " | ".join(cells) + " |")
+    if result.get("num_failed"):
+        lines += ["", f"{result['num_failed']} item(s) failed and are recorded with an `error` field; "
+                  "rerun the same `icw bench run` command to retry them."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> list[Path]:
+    """ROC curves and z histograms per family as PNG; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    run_dir = Path(run_dir)
+    records = load_records(run_dir) if records is None else records
+    written = []
+    for family in FAMILIES:
+        pos, neg = paired_scores(records, family)
+        if not pos or not neg:
+            continue
+        attacks = sorted({r["attack"] for r in records if r["family"] == family and r.get("attack", "none") != "none"})
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        for attack in ["none", *attacks]:
+            apos, aneg = paired_scores(records, family, attack)
+            if not apos:
+                continue
+            fpr, tpr, _ = roc_curve(np.r_[np.ones(len(apos)), np.zeros(len(aneg))], np.r_[apos, aneg])
+            ax.plot(fpr, tpr, label="no attack" if attack == "none" else attack)
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+        ax.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC, {family.upper()}",
+               xlim=(0, 1), ylim=(0, 1.01))
+        ax.legend(loc="lower right", fontsize=8)
+        fig.tight_layout()
+        path = run_dir / f"roc_{family}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        bins = np.histogram_bin_edges(np.r_[pos, neg], bins=20)
+        ax.hist(neg, bins=bins, alpha=0.6, label=f"negatives (n={len(neg)})")
+        ax.hist(pos, bins=bins, alpha=0.6, label=f"positives (n={len(pos)})")
+        ax.set(xlabel="z-score", ylabel="responses", title=f"z-scores, {family.upper()}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = run_dir / f"z_hist_{family}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def report(run_dir: str | Path, num_bootstrap: int = 1000, figures: bool = True) -> dict[str, Any]:
+    """Write results.json, report.md and the figures; returns the results object."""
+    run_dir = Path(run_dir)
+    result = summarize(run_dir, num_bootstrap)
+    if not result["families"]:
+        raise ValueError(f"{run_dir} has no family with both a scored positive and a scored negative yet")
+    (run_dir / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    (run_dir / "report.md").write_text(markdown(result), encoding="utf-8")
+    if figures:
+        plot(run_dir)
+    return result
+
+
+def _report_command(args: argparse.Namespace) -> None:
+    report(args.run_dir, args.num_bootstrap, figures=not args.no_figures)
+    print((Path(args.run_dir) / "report.md").read_text(encoding="utf-8"))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="tables (paper Tables 2-3), ROC/z-histogram PNGs and results.json of a run",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", help="the --out folder of `icw bench run`")
+    p.add_argument("--num-bootstrap", type=int, default=1000, help="bootstrap replicates for the intervals")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.set_defaults(func=_report_command)
