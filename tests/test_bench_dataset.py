@@ -111,6 +111,24 @@ def test_own_question_files(tmp_path):
     assert read_questions(jl) == [("Why?", "qs:7"), ("How?", "qs:1")]
 
 
+def test_lfqa_sampling_on_a_local_copy(tmp_path):
+    """The --lfqa path, run on a local folder laid out like vblagoje/lfqa (no Hub access)."""
+    from icw.bench.dataset import lfqa_queries
+
+    for split, n in (("train", 30), ("validation", 4), ("test", 8)):
+        rows = [{"q_id": f"{split}{i}", "title": f"{split} question {i}?", "selftext": ""} for i in range(n)]
+        (tmp_path / "data").mkdir(exist_ok=True)
+        datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "data" / f"{split}-00000-of-00001.parquet"))
+    test, train = lfqa_queries(10, 12, dataset_id=str(tmp_path))
+    assert len(test) == 10 and len(train) == 12
+    assert {s.split(":")[1] for _, s in test} == {"test", "validation"}  # topped up from validation
+    assert all(s.startswith("lfqa:train:") for _, s in train)
+    assert not {q for q, _ in test} & {q for q, _ in train}
+    assert lfqa_queries(10, 12, dataset_id=str(tmp_path)) == (test, train)  # seeded
+    with pytest.raises(ValueError, match="fewer than --num-test"):
+        lfqa_queries(20, 0, dataset_id=str(tmp_path))
+
+
 def test_full_size_tsp_instruction(qwen3):
     """Without a pool the TSP instruction lists gamma |V_en| ~ 17,700 Qwen3 tokens (~100 KB)."""
     (row,) = build_rows("tsp", "test", [("Why?", "x:0")], qwen3)

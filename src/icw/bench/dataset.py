@@ -103,16 +103,20 @@ def read_questions(path: str | Path) -> list[tuple[str, str]]:
     return out
 
 
-def lfqa_queries(num_test: int, num_train: int, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Test queries sampled from LFQA's test split (topped up from validation), train from its train split."""
+def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
+                 dataset_id: str = LFQA_ID) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Test queries sampled from LFQA's test split (topped up from validation), train from its train split.
+
+    ``dataset_id`` may be a local copy with the same splits (how the tests run it offline).
+    """
     import datasets
 
     def pairs(split: str) -> list[tuple[str, str]]:
-        ds = datasets.load_dataset(LFQA_ID, split=split)
+        ds = datasets.load_dataset(dataset_id, split=split)
         # LFQA (ELI5-derived) keeps the question in "title"; accept the usual alternatives too
         column = next((c for c in ("title", "question", "query") if c in ds.column_names), None)
         if column is None:
-            raise ValueError(f"{LFQA_ID}[{split}] has no question column (looked for title, question, query)")
+            raise ValueError(f"{dataset_id}[{split}] has no question column (looked for title, question, query)")
         return [(q.strip(), f"lfqa:{split}:{i}") for i, q in enumerate(ds[column]) if q and q.strip()]
 
     rng = np.random.default_rng(seed)
