@@ -121,6 +121,11 @@ def test_model_folder_loads_tokenizer_only(tmp_path, qwen3):
     assert not hasattr(det.model, "state_dict")
     text = TEXTS[0] * 2
     assert det(text)["z_score"] == verify(text, key, qwen3).z_score
+    # save_pretrained keeps tokenizer and config, and the folder loads back the same way
+    det.save_pretrained(tmp_path / "saved")
+    again = pipeline("icw-detection", model=str(tmp_path / "saved"), key=key)
+    assert again(text) == det(text)
+    assert not list((tmp_path / "saved").glob("*.safetensors"))
 
 
 def test_mismatched_key_is_rejected_clearly(qwen3, gpt2):

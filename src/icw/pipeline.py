@@ -193,6 +193,15 @@ def _pipeline_class() -> type:
                 yield from self._forward({"texts": chunk}, key=as_keys(key, len(chunk)), alpha=alpha,
                                          highlights=highlights)
 
+        def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> None:
+            """Save what the detector uses: the tokenizer (and the model config when one was read).
+
+            Reload with ``pipeline("icw-detection", model=AutoTokenizer.from_pretrained(save_directory))``,
+            or ``model=save_directory`` when a config was saved.
+            """
+            Path(save_directory).mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(save_directory)
+
         def preprocess(self, text: str, **kwargs: Any) -> dict[str, Any]:
             return {"texts": [text]}
 
