@@ -212,3 +212,17 @@ def test_readme_hf_section_examples(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "'z_score'" in out and "'roc_auc'" in out
     assert (tmp_path / "my-card" / "README.md").is_file()
+
+
+def test_registration_when_transformers_pipelines_already_loaded():
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    from icw.pipeline import TASK, install_registration
+
+    saved = PIPELINE_REGISTRY.supported_tasks.pop(TASK)
+    try:
+        assert TASK not in PIPELINE_REGISTRY.get_supported_tasks()
+        install_registration()  # what `import icw` runs: transformers.pipelines is loaded, so register now
+        assert PIPELINE_REGISTRY.supported_tasks[TASK]["pt"] == (ICWTokenizerOnlyModel,)
+    finally:
+        PIPELINE_REGISTRY.supported_tasks[TASK] = saved
