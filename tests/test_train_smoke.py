@@ -1,0 +1,159 @@
+"""CPU smoke test of the training recipes through their real entry points (`accelerate launch`
+with the CPU config) on a tiny random Qwen3 with the real Qwen3 tokenizer, plus in-process
+checks of SDLP (loss falls on a fixed batch; LoRA teacher = adapter disabled) and resumable
+synthesis."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from icw.train.sdlp import SDLPConfig, SDLPTrainer
+from icw.train.synthesis import SynthesisConfig, synthesize
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERIES = ["Why is the sky blue?", "How do bees make honey?", "What causes tides?", "Why do cats purr?",
+           "How do vaccines work?", "What is inflation?", "Why do leaves change colour?", "How do tides form?"]
+
+
+def _launch(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    accelerate = Path(sys.executable).parent / "accelerate"
+    cmd = [str(accelerate), "launch", "--config_file", str(ROOT / "recipes/accelerate_configs/cpu.yaml"),
+           str(ROOT / "recipes" / script), *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tiny_qwen, tmp_path_factory):
+    model, tok = tiny_qwen
+    path = tmp_path_factory.mktemp("tiny-qwen3")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def dcs(tiny_dir, tmp_path_factory):
+    """D_cs synthesized through `accelerate launch recipes/synthesize.py` (short answers, small TSP pool)."""
+    out = tmp_path_factory.mktemp("dcs")
+    queries = out / "queries.txt"
+    queries.write_text("\n".join(QUERIES))
+    _launch("synthesize.py", "--model_name_or_path", str(tiny_dir), "--output_dir", str(out), "--queries_file",
+            str(queries), "--families", "tsp", "wip", "sa", "--num_h1", "1", "--num_h0", "1", "--pool_size", "200",
+            "--max_new_tokens", "8", "--batch_size", "4", "--device", "cpu")
+    return out
+
+
+def test_synthesis_writes_dataset_and_statistics(dcs):
+    from datasets import Dataset
+
+    ds = Dataset.from_parquet(str(dcs / "data.parquet"))
+    assert len(ds) == 6 and set(ds["family"]) == {"tsp", "wip", "sa"} and sorted(ds["label"]) == [0, 0, 0, 1, 1, 1]
+    assert {"family", "key", "query", "response", "label", "z", "perplexity"} <= set(ds.column_names)
+    assert all(math.isfinite(z) for z in ds["z"])
+    stats = json.loads((dcs / "stats.json").read_text())
+    assert [s["family"] for s in stats] == ["tsp", "wip", "sa"] and all(s["size_h1"] == 1 for s in stats)
+
+
+def test_sdlp_recipe_trains_and_checkpoint_reloads(dcs, tiny_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "sdlp"
+    _launch("sdlp.py", "--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--model_name_or_path",
+            str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "2",
+            "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "steps",
+            "--save_steps", "2", "--learning_rate", "1e-3")
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    reloaded = AutoModelForCausalLM.from_pretrained(out)
+    original = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert not torch.equal(reloaded.model.norm.weight, original.model.norm.weight)  # it trained
+
+
+def test_grpo_recipe_runs_a_step_with_lora(dcs, tiny_dir, tmp_path):
+    out = tmp_path / "grpo"
+    _launch("grpo.py", "--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--model_name_or_path",
+            str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "1",
+            "--per_device_train_batch_size", "2", "--num_generations", "2", "--max_completion_length", "8",
+            "--min_completion_tokens", "2", "--logging_steps", "1", "--lora_r", "4", "--lora_alpha", "8")
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_dir), out)
+
+
+def _rows(tok):
+    from icw import ICWKey
+
+    keys = [ICWKey.create("wip", seed=11, tokenizer=tok), ICWKey.create("sa", seed=12),
+            ICWKey.create("tsp", seed=13, tokenizer=tok, pool_size=200)]
+    answers = ["Bees gather nectar and bring it home.", "Tides follow the moon. Oceans bulge.", "Cats purr softly."]
+    rows = [{"family": k.family, "key": k.to_string(), "query": q, "response": a, "label": 1}
+            for k, q, a in zip(keys, QUERIES[:3], answers, strict=True)]
+    rows.append({"family": "wip", "key": keys[0].to_string(), "query": QUERIES[3], "response": "No bias here.",
+                 "label": 0})
+    return rows
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_sdlp_loss_falls_on_a_fixed_batch(tiny_qwen, tmp_path, lora):
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from icw.models import tiny_random_model
+
+    _, tok = tiny_qwen
+    model = tiny_random_model("qwen3").train()
+    config = SDLPConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, top_k_tsp=50, top_k_sa=50,
+                        loss_chunk_size=64)
+    peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear") if lora else None
+    trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(_rows(tok)), processing_class=tok,
+                          peft_config=peft_config)
+    assert (trainer.teacher_model is None) == lora  # LoRA: one copy of the weights, adapter disabled for the teacher
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    h0 = trainer.data_collator([trainer.train_dataset[3]])
+    # before training the student equals the teacher: on a D_H0 row (same prompt, no delta) the loss is 0
+    assert trainer.compute_loss(trainer.model, h0).item() == pytest.approx(0.0, abs=1e-4)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=3e-2 if lora else 3e-3)
+    losses = []
+    for _ in range(6):
+        loss = trainer.compute_loss(trainer.model, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(x) for x in losses)
+    # full fine-tuning fits the batch quickly; a rank-8 adapter on a 64-wide random model moves less, but moves
+    assert losses[-1] < (0.97 if lora else 0.8) * losses[0], losses
+    assert losses[-1] < losses[1] < losses[0], losses
+    if not lora:
+        assert all(p.grad is None for p in trainer.teacher_model.parameters())
+
+
+def test_synthesis_resumes_without_redoing_finished_rows(tiny_qwen, tmp_path):
+    model, tok = tiny_qwen
+    config = SynthesisConfig(output_dir=str(tmp_path), families=["sa"], num_h1=[2], num_h0=[1], max_new_tokens=4,
+                             batch_size=1, perplexity=False)
+    synthesize(config, model, tok, QUERIES)
+    log = tmp_path / "rows.jsonl"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3
+    log.write_text(lines[0] + "\n")  # as if interrupted after the first row
+    dataset = synthesize(config, model, tok, QUERIES)
+    assert len(dataset) == 3 and log.read_text().splitlines()[0] == lines[0]
+    assert sorted(dataset["id"]) == sorted(json.loads(line)["id"] for line in lines)
