@@ -16,7 +16,8 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float = 0.01) -> float:
     """Largest TPR whose empirical FPR (on the negatives) does not exceed ``fpr``."""
-    fprs, tprs, _ = roc_curve(labels, scores)
+    # keep every threshold: with tied (e.g. discrete SA) scores, dropped collinear points would understate TPR
+    fprs, tprs, _ = roc_curve(labels, scores, drop_intermediate=False)
     return float(tprs[fprs <= fpr + 1e-12].max())
 
 
