@@ -103,12 +103,34 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
     assert "Done" in page.locator("#icw-status").inner_text()
     assert "Traceback" not in page.content()
 
+    # answer 3 goes to the Detect tab with its key; detecting it there gives the same z
+    bias_z = re.search(r"z = (-?\d+\.\d\d)", page.locator("#icw-verdict-bias").inner_text()).group(1)
+    page.locator("#icw-send-to-detect").click()
+    page.locator("#icw-detect").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#icw-detect-verdict')?.innerText || '').includes('z =')", timeout=60_000)
+    assert f"z = {bias_z} " in page.locator("#icw-detect-verdict").inner_text()
+    assert page.locator("#icw-detect-answer .token.highlighted").count() > 0
+    _save_screenshot(page, tmp_path, "space_detect.png")
+
 
 def test_friendly_error_in_the_browser(space_url, page, tmp_path):
     page.goto(space_url, wait_until="networkidle")
     _wait_for_key(page)
     page.locator("#icw-generate").click()  # no query typed
-    toast = page.get_by_text("Type a question first")
-    toast.wait_for(timeout=30_000)
+    page.wait_for_function(
+        "() => (document.querySelector('#icw-status')?.innerText || '').includes('Type a question first')",
+        timeout=30_000)
+    assert "Please check your input" in page.locator("#icw-status").inner_text()
+    page.get_by_text("Type a question first").first.wait_for(timeout=10_000)
+    assert "Traceback" not in page.content()
+    # a malformed pasted key in the Detect tab: the message is shown by the result
+    page.locator("button[role=tab][data-tab-id=detect]").click()
+    page.locator("#icw-detect-text textarea").fill("Some text to check.")
+    page.locator("#icw-detect-key textarea").fill("icw:wip:seed=oops")
+    page.locator("#icw-detect").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#icw-detect-status')?.innerText || '').includes('Malformed key string')",
+        timeout=30_000)
     assert "Traceback" not in page.content()
     _save_screenshot(page, tmp_path, "space_empty_query.png")

@@ -202,17 +202,26 @@ def make_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters: 
         return "", f"**Check the key:** {err}"
 
 
-def describe_key(key_string: str, model_name: str) -> str:
-    """Key material for a typed or pasted key string (never raises: the user may be mid-edit)."""
+def describe_key(key_string: str, model_name: str) -> tuple[str, str]:
+    """(key material, rendered instruction) for a typed or pasted key string; never raises,
+    since the user may be mid-edit."""
     try:
         key = parse_key(key_string)
         tok = None
-        if key.family == "tsp":
+        if key.family != "sa":
             tok = get_tokenizer(model_name)
             check_key_tokenizer(key, tok)
-        return key_material(key, tok)
+        return key_material(key, tok if key.family == "tsp" else None), key.instruction(tok)
     except UserInputError as err:
-        return f"**Check the key:** {err}"
+        return f"**Check the key:** {err}", ""
+
+
+def send_to_detect(details: dict | None) -> tuple[str, str, Any]:
+    """Copy the logit-biased answer and its key into the Detect tab and switch to it."""
+    if not details or not details.get("answers"):
+        gr.Warning("Generate answers first: this copies answer 3 and its key to the Detect tab.")
+        return gr.skip(), gr.skip(), gr.skip()
+    return details["answers"][-1]["text"], details["key"], gr.Tabs(selected="detect")
 
 
 # ------------------------------------------------------------------------ verification
@@ -256,6 +265,12 @@ def result_summary(mode: str, text: str, result: Any) -> dict[str, Any]:
     return {"mode": mode, "text": text, **data}
 
 
+def friendly(err: Exception) -> str:
+    """Show a user error in the page: a toast plus a line by the button, never a stack trace."""
+    gr.Warning(str(err), title="Please check your input")
+    return f"**Please check your input:** {err}"
+
+
 def cap(text: str, limit: int, what: str) -> tuple[str, str | None]:
     if len(text) <= limit:
         return text, None
@@ -266,9 +281,10 @@ def cap(text: str, limit: int, what: str) -> tuple[str, str | None]:
 def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: float | None,
             max_new_tokens: int, seed: int) -> Iterator[tuple[str, bool]]:
     """Yield (text so far, finished); the final text is exactly what generate_responses returns."""
-    from transformers import TextIteratorStreamer
+    from transformers import StoppingCriteriaList, TextIteratorStreamer
 
     streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True, timeout=600)
+    stop = threading.Event()  # set when the page stops listening (Stop button, closed tab)
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -276,7 +292,8 @@ def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: flo
             box["answers"] = generate_responses(
                 model, tok, [query], key if mode != "plain" else None, mode, delta=delta,
                 max_new_tokens=max_new_tokens, batch_size=1, seed=seed,
-                generation_kwargs={**DEFAULT_SAMPLING, "streamer": streamer})
+                generation_kwargs={**DEFAULT_SAMPLING, "streamer": streamer,
+                                   "stopping_criteria": StoppingCriteriaList([_StopWhenSet(stop)])})
         except BaseException as err:  # re-raised in the caller's thread
             box["error"] = err
             streamer.end()
@@ -284,15 +301,30 @@ def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: flo
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     text, last = "", 0.0
-    for piece in streamer:
-        text += piece
-        if time.monotonic() - last > 0.25:  # a few UI updates per second are enough
-            last = time.monotonic()
-            yield text, False
-    thread.join()
+    try:
+        for piece in streamer:
+            text += piece
+            if time.monotonic() - last > 0.25:  # a few UI updates per second are enough
+                last = time.monotonic()
+                yield text, False
+    finally:  # also runs when gradio closes this generator on cancel: free the CPU at once
+        stop.set()
+        thread.join()
     if "error" in box:
         raise box["error"]
     yield box["answers"][0], True
+
+
+class _StopWhenSet:
+    """A stopping criterion that ends generation once ``event`` is set."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: int) -> None:
@@ -327,7 +359,9 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
         _prompt_fits(model, tok, key, query, max_new_tokens)
         delta = float(delta) if delta else None
     except UserInputError as err:
-        raise gr.Error(str(err), title="Please check your input") from None
+        outputs[0] = friendly(err)
+        yield tuple(outputs)
+        return
     prefix = (notice + "\n\n") if notice else ""
     details = []
     try:
@@ -363,7 +397,7 @@ def detect(text: str, key_string: str, tokenizer_name: str):
             check_key_tokenizer(key, tok)
         result = verify(text, key, tok, highlights=True)
     except (UserInputError, ValueError, TypeError) as err:
-        raise gr.Error(str(err), title="Please check your input") from None
+        return friendly(err), [], "", None
     status = (notice + "\n\n" if notice else "") + f"Highlights: {HIGHLIGHT_HELP[key.family]}."
     return status, highlighted(text, result), verdict_markdown(result), result_summary("detect", text, result)
 
@@ -415,95 +449,106 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="ICW: in-context watermarking demo") as demo:
         gr.Markdown("# In-context watermarking (ICW)\nAsk a question; a small LLM answers it three ways, and a "
                     "secret key tells whether each answer carries the watermark. Everything runs on this machine.")
-        with gr.Tab("Watermark and detect"):
-            with gr.Row():
-                with gr.Column(scale=3):
-                    query = gr.Textbox(label="Query", placeholder="Why is the sky blue?", lines=2,
-                                       max_length=MAX_QUERY_CHARS * 2, elem_id="icw-query",
-                                       info=f"Up to {MAX_QUERY_CHARS:,} characters are used.")
-                    family = gr.Radio(FAMILY_CHOICES, value="wip", label="Watermark family", elem_id="icw-family")
-                    with gr.Row():
-                        seed = gr.Number(value=42, precision=0, label="Key seed", minimum=0, elem_id="icw-seed",
-                                         info="The key is derived from the family, this seed and the settings.")
-                        random_key = gr.Button("Random key", size="sm", elem_id="icw-random-key")
-                    gamma = gr.Slider(0.05, 0.5, value=0.2, step=0.05, label="TSP gamma (green fraction)",
-                                      visible=False)
-                    pool_size = gr.Number(value=DEFAULT_POOL_SIZE, precision=0, minimum=0, visible=False,
-                                          label="TSP candidate pool (tokens)",
-                                          info="The green list is written into the prompt; a 135M model's "
-                                               "context cannot hold the paper's ~17,700 tokens, so T is drawn "
-                                               "from the N lowest-id English tokens. 0 = all of V_en.")
-                    num_letters = gr.Slider(1, 25, value=13, step=1, label="WIP green letters")
-                    length = gr.Slider(4, 40, value=18, step=1, label="SA secret length", visible=False)
-                with gr.Column(scale=2):
-                    model = gr.Dropdown(models, value=model_name, label="Model", allow_custom_value=online,
-                                        interactive=len(models) > 1 or online, elem_id="icw-model",
-                                        info="Any transformers model id (online)" if online else
-                                        "Offline: set ICW_SPACE_MODEL to a model folder to use another model.")
-                    delta = gr.Slider(0.0, 15.0, value=DEFAULT_DELTA["wip"], step=0.5, elem_id="icw-delta",
-                                      label="Bias strength delta (answer 3)",
-                                      info="Added to the logits of key-aligned tokens; 0 = family default.")
-                    max_new_tokens = gr.Slider(8, MAX_NEW_TOKENS, value=120, step=8, label="Max new tokens",
-                                               elem_id="icw-max-new-tokens")
-                    key_string = gr.Textbox(label="Key string (share it with the detector; paste one to reuse it)",
-                                            elem_id="icw-key", buttons=["copy"], max_lines=2)
-                    material = gr.Markdown(elem_id="icw-key-material")
-            generate = gr.Button("Generate and detect", variant="primary", elem_id="icw-generate")
-            status = gr.Markdown(elem_id="icw-status")
-            answer_outputs: list[gr.components.Component] = [status]
-            with gr.Row(equal_height=True):
-                for mode, title, help_text in MODES:
-                    with gr.Column(min_width=260):
-                        gr.Markdown(f"### {title}\n{help_text}")
-                        hl = gr.HighlightedText(label=f"{title[4:]} answer", color_map=COLORS["wip"], show_legend=True,
-                                                combine_adjacent=False, elem_id=f"icw-answer-{mode}",
-                                                elem_classes=["icw-answer"])
-                        verdict = gr.Markdown(elem_id=f"icw-verdict-{mode}")
-                        answer_outputs += [hl, verdict]
-            with gr.Accordion("Details (JSON)", open=False):
-                details = gr.JSON(label="Verification results")
-            answer_outputs.append(details)
+        with gr.Tabs() as tabs:
+            with gr.Tab("Watermark and detect", id="generate"):
+                with gr.Row():
+                    with gr.Column(scale=3):
+                        query = gr.Textbox(label="Query", placeholder="Why is the sky blue?", lines=2,
+                                           max_length=MAX_QUERY_CHARS * 2, elem_id="icw-query",
+                                           info=f"Up to {MAX_QUERY_CHARS:,} characters are used.")
+                        family = gr.Radio(FAMILY_CHOICES, value="wip", label="Watermark family", elem_id="icw-family")
+                        with gr.Row():
+                            seed = gr.Number(value=42, precision=0, label="Key seed", minimum=0, elem_id="icw-seed",
+                                             info="The key is derived from the family, this seed and the settings.")
+                            random_key = gr.Button("Random key", size="sm", elem_id="icw-random-key")
+                        gamma = gr.Slider(0.05, 0.5, value=0.2, step=0.05, label="TSP gamma (green fraction)",
+                                          visible=False)
+                        pool_size = gr.Number(value=DEFAULT_POOL_SIZE, precision=0, minimum=0, visible=False,
+                                              label="TSP candidate pool (tokens)",
+                                              info="The green list is written into the prompt; a 135M model's "
+                                                   "context cannot hold the paper's ~17,700 tokens, so T is drawn "
+                                                   "from the N lowest-id English tokens. 0 = all of V_en.")
+                        num_letters = gr.Slider(1, 25, value=13, step=1, label="WIP green letters")
+                        length = gr.Slider(4, 40, value=18, step=1, label="SA secret length", visible=False)
+                    with gr.Column(scale=2):
+                        model = gr.Dropdown(models, value=model_name, label="Model", allow_custom_value=online,
+                                            interactive=len(models) > 1 or online, elem_id="icw-model",
+                                            info="Any transformers model id (online)" if online else
+                                            "Offline: set ICW_SPACE_MODEL to a model folder to use another model.")
+                        delta = gr.Slider(0.0, 15.0, value=DEFAULT_DELTA["wip"], step=0.5, elem_id="icw-delta",
+                                          label="Bias strength delta (answer 3)",
+                                          info="Added to the logits of key-aligned tokens; 0 = family default.")
+                        max_new_tokens = gr.Slider(8, MAX_NEW_TOKENS, value=120, step=8, label="Max new tokens",
+                                                   elem_id="icw-max-new-tokens")
+                        key_string = gr.Textbox(label="Key string (share it with the detector; paste one to reuse it)",
+                                                elem_id="icw-key", buttons=["copy"], max_lines=2)
+                        material = gr.Markdown(elem_id="icw-key-material")
+                with gr.Row():
+                    generate = gr.Button("Generate and detect", variant="primary", elem_id="icw-generate", scale=4)
+                    stop = gr.Button("Stop", variant="stop", elem_id="icw-stop", scale=1)
+                status = gr.Markdown(elem_id="icw-status")
+                answer_outputs: list[gr.components.Component] = [status]
+                with gr.Row(equal_height=True):
+                    for mode, title, help_text in MODES:
+                        with gr.Column(min_width=260):
+                            gr.Markdown(f"### {title}\n{help_text}")
+                            hl = gr.HighlightedText(label=f"{title[4:]} answer", color_map=COLORS["wip"],
+                                                    show_legend=True, elem_id=f"icw-answer-{mode}",
+                                                    elem_classes=["icw-answer"])
+                            verdict = gr.Markdown(elem_id=f"icw-verdict-{mode}")
+                            answer_outputs += [hl, verdict]
+                with gr.Row():
+                    send = gr.Button("Check answer 3 in the Detect tab", size="sm", elem_id="icw-send-to-detect")
+                with gr.Accordion("The ICW instruction given to answer 2", open=False):
+                    instruction = gr.Textbox(show_label=False, lines=6, max_lines=12, interactive=False,
+                                             elem_id="icw-instruction")
+                with gr.Accordion("Details (JSON)", open=False):
+                    details = gr.JSON(label="Verification results")
+                answer_outputs.append(details)
 
-            key_fields = [family, seed, gamma, pool_size, num_letters, length, model]
-            for field in key_fields:
-                field.change(make_key, key_fields, [key_string, material], api_name=False, queue=False)
-            key_string.blur(describe_key, [key_string, model], material, api_name=False, queue=False)
-            family.change(
-                lambda f: (gr.update(visible=f == "tsp"), gr.update(visible=f == "tsp"),
-                           gr.update(visible=f == "wip"), gr.update(visible=f == "sa"), DEFAULT_DELTA.get(f, 3.0)),
-                family, [gamma, pool_size, num_letters, length, delta], api_name=False, queue=False)
-            random_key.click(lambda: random.randrange(1_000_000), None, seed, api_name=False, queue=False)
-            generate.click(watermark_and_detect, [query, *key_fields[:-1], key_string, delta, model, max_new_tokens],
-                           answer_outputs, api_name="watermark_and_detect")
-            query.submit(watermark_and_detect, [query, *key_fields[:-1], key_string, delta, model, max_new_tokens],
-                         answer_outputs, api_name=False)
+                key_fields = [family, seed, gamma, pool_size, num_letters, length, model]
+                for field in key_fields:
+                    field.change(make_key, key_fields, [key_string, material], api_name=False, queue=False)
+                key_string.change(describe_key, [key_string, model], [material, instruction], api_name=False,
+                                  queue=False)
+                family.change(
+                    lambda f: (gr.update(visible=f == "tsp"), gr.update(visible=f == "tsp"),
+                               gr.update(visible=f == "wip"), gr.update(visible=f == "sa"), DEFAULT_DELTA.get(f, 3.0)),
+                    family, [gamma, pool_size, num_letters, length, delta], api_name=False, queue=False)
+                random_key.click(lambda: random.randrange(1_000_000), None, seed, api_name=False, queue=False)
+                gen_inputs = [query, *key_fields[:-1], key_string, delta, model, max_new_tokens]
+                run = generate.click(watermark_and_detect, gen_inputs, answer_outputs, api_name="watermark_and_detect")
+                run_submit = query.submit(watermark_and_detect, gen_inputs, answer_outputs, api_name=False)
+                stop.click(None, None, None, cancels=[run, run_submit], api_name=False, queue=False)
             demo.load(make_key, key_fields, [key_string, material], api_name="make_key")
 
-        with gr.Tab("Detect"):
-            gr.Markdown("Paste any text and the key string it should carry (for example one copied from the "
-                        "first tab). Only the key's holder can run this test.")
-            with gr.Row():
-                with gr.Column(scale=3):
-                    text = gr.Textbox(label="Text to check", lines=8, elem_id="icw-detect-text",
-                                      info=f"Up to {MAX_TEXT_CHARS:,} characters are scored.")
-                with gr.Column(scale=2):
-                    detect_key = gr.Textbox(label="Key string", placeholder="icw:sa:seed=7,length=18",
-                                            elem_id="icw-detect-key")
-                    tokenizer = gr.Dropdown([("the key's own tokenizer", "key")] + [(t, t) for t in ("smollm2", "qwen3", "gpt2")],
-                                            value="key", label="Tokenizer", allow_custom_value=online,
-                                            info="TSP and WIP keys only work with the tokenizer they were made for.")
-                    detect_button = gr.Button("Detect", variant="primary", elem_id="icw-detect")
-            detect_status = gr.Markdown()
-            detect_hl = gr.HighlightedText(label="Counted units", color_map=COLORS["wip"], show_legend=True,
-                                           elem_id="icw-detect-answer")
-            detect_verdict = gr.Markdown(elem_id="icw-detect-verdict")
-            with gr.Accordion("Details (JSON)", open=False):
-                detect_details = gr.JSON(label="Verification result")
-            detect_button.click(detect, [text, detect_key, tokenizer],
-                                [detect_status, detect_hl, detect_verdict, detect_details], api_name="detect")
+            with gr.Tab("Detect", id="detect"):
+                gr.Markdown("Paste any text and the key string it should carry (for example one copied from the "
+                            "first tab). Only the key's holder can run this test.")
+                with gr.Row():
+                    with gr.Column(scale=3):
+                        text = gr.Textbox(label="Text to check", lines=8, elem_id="icw-detect-text",
+                                          info=f"Up to {MAX_TEXT_CHARS:,} characters are scored.")
+                    with gr.Column(scale=2):
+                        detect_key = gr.Textbox(label="Key string", placeholder="icw:sa:seed=7,length=18",
+                                                elem_id="icw-detect-key")
+                        tokenizer = gr.Dropdown(
+                            [("the key's own tokenizer", "key")] + [(t, t) for t in ("smollm2", "qwen3", "gpt2")],
+                            value="key", label="Tokenizer", allow_custom_value=online,
+                            info="TSP and WIP keys only work with the tokenizer they were made for.")
+                        detect_button = gr.Button("Detect", variant="primary", elem_id="icw-detect")
+                detect_status = gr.Markdown(elem_id="icw-detect-status")
+                detect_hl = gr.HighlightedText(label="Counted units", color_map=COLORS["wip"], show_legend=True,
+                                               elem_id="icw-detect-answer")
+                detect_verdict = gr.Markdown(elem_id="icw-detect-verdict")
+                with gr.Accordion("Details (JSON)", open=False):
+                    detect_details = gr.JSON(label="Verification result")
+                detect_button.click(detect, [text, detect_key, tokenizer],
+                                    [detect_status, detect_hl, detect_verdict, detect_details], api_name="detect")
+                send.click(send_to_detect, details, [text, detect_key, tabs], api_name=False, queue=False)
 
-        with gr.Tab("About"):
-            gr.Markdown(ABOUT)
+            with gr.Tab("About", id="about"):
+                gr.Markdown(ABOUT)
     return demo
 
 
