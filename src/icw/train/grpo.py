@@ -49,7 +49,8 @@ def sa_gates(text: str, key: ICWKey | str) -> list[str]:
         reasons.append("highlighted initials")
     for pos, letter in sentence_initial_spans(text):
         nxt = text[pos + 1 : pos + 2]
-        if letter not in WORD_LETTERS and not (nxt.isalpha() or nxt in "'\u2019-"):
+        # markup right after the letter is the highlight gate's case, not an orphan
+        if letter not in WORD_LETTERS and not (nxt.isalpha() or nxt in "'\u2019-*_=~<"):
             reasons.append("orphan letters")
             break
     if _LETTER_HEADING.search(text):

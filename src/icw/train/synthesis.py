@@ -56,6 +56,9 @@ class SynthesisConfig:
     num_h0: list[int] = field(default_factory=lambda: [50], metadata={
         "help": "D_H0 rows: one count, or one per family (paper: 1000 TSP, 800 WIP, 800 SA)."})
     seed_offset: int = field(default=TRAIN_SEED_OFFSET, metadata={"help": "First key seed of the training pool."})
+    key_seed: int | None = field(
+        default=None, metadata={"help": "Use this one key seed for every row (a fixed-key experiment, where the "
+                                        "student only has to learn an unconditional bias); default: a key per row."})
     gammas: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3],
                                 metadata={"help": "TSP green fractions drawn per row (paper: 0.1, 0.2, 0.3)."})
     pool_size: int | None = field(
@@ -141,6 +144,7 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
         for label in (1, 0):
             for i in range(config.count(label, f_index)):
                 seed = config.seed_offset + FAMILIES.index(family) * 10_000_000 + (1 - label) * 5_000_000 + i
+                seed = seed if config.key_seed is None else config.key_seed
                 items.append({"id": f"{family}-h{label}-{i}", "family": family, "label": label, "seed": seed,
                               "query": queries[int(order[n % len(queries)])]})
                 n += 1
