@@ -43,7 +43,7 @@ def audit_seeds(num_keys: int, family: str, seed: int) -> list[int]:
 
 
 def run_cell(family: str, tokenizer_name: str | None, num_keys: int, passages_per_key: int, alpha: float,
-             seed: int, progress: bool = True) -> dict[str, Any]:
+             seed: int, progress: bool = True, join: int = 1) -> dict[str, Any]:
     """Run the tests of one (family, tokenizer) cell; return the per-test p-values and z-scores."""
     from tqdm.auto import tqdm
 
@@ -53,6 +53,8 @@ def run_cell(family: str, tokenizer_name: str | None, num_keys: int, passages_pe
     tok = load_tokenizer(tokenizer_name) if tokenizer_name else None
     passages = [t for _, t in human_passages()]
     random.Random(f"{seed}:passages").shuffle(passages)
+    if join > 1:  # longer test texts: more sentences for SA, more tokens for TSP/WIP
+        passages = ["\n\n".join(passages[i:i + join]) for i in range(0, len(passages) - join + 1, join)]
     seeds = audit_seeds(num_keys, family, seed)
     pairs = [(s, passages[(i * passages_per_key + j) % len(passages)])
              for i, s in enumerate(seeds) for j in range(passages_per_key)]
@@ -103,14 +105,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="human passages tested with each key (1 keeps every test independent)")
     parser.add_argument("--tokenizers", default="qwen3,gpt2", help="comma-separated tokenizers for TSP and WIP")
     parser.add_argument("--families", default="tsp,wip,sa", help="comma-separated families")
+    parser.add_argument("--join", type=int, default=1,
+                        help="join this many shuffled passages into one test text (longer texts; fewer distinct ones)")
     parser.add_argument("--alpha", type=float, default=0.01, help="significance level of the exact p-values")
     parser.add_argument("--seed", type=int, default=0, help="seed of the audit's key and passage draws")
     parser.add_argument("--quick", action="store_true", help="30 keys per cell: a smoke run")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     args = parser.parse_args(argv)
     num_keys = 30 if args.quick else args.num_keys
-    if num_keys < 1 or args.passages_per_key < 1 or not 0 < args.alpha < 1:
-        parser.error("--num-keys and --passages-per-key must be positive and 0 < --alpha < 1")
+    if min(num_keys, args.passages_per_key, args.join) < 1 or not 0 < args.alpha < 1:
+        parser.error("--num-keys, --passages-per-key and --join must be positive and 0 < --alpha < 1")
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     tokenizers = [t.strip() for t in args.tokenizers.split(",") if t.strip()]
     unknown = set(families) - {"tsp", "wip", "sa"}
@@ -120,10 +124,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for family in families:
         for tokenizer in ([None] if family == "sa" else tokenizers):
             cell = run_cell(family, tokenizer, num_keys, args.passages_per_key, args.alpha, args.seed,
-                            progress=not args.no_progress)
+                            progress=not args.no_progress, join=args.join)
             rows.append(summarize(cell, args.alpha))
     print(f"Human passages: {len(human_passages())} (gensim 4.4.0 test data); "
-          f"{args.passages_per_key} passage(s) per key; alpha = {args.alpha:g}")
+          f"{args.join} passage(s) per test text; {args.passages_per_key} test text(s) per key; alpha = {args.alpha:g}")
     print(report(rows, args.alpha))
     print(f"'exact p within bound': the exact-p FPR is at most the 99% quantile of Binomial(tests, {args.alpha:g}) / tests")
     return rows
