@@ -75,12 +75,18 @@ def prompts(smollm2):
     return [chat_prompt(tok, q) for q in QUESTIONS]
 
 
+@pytest.fixture(scope="module")
+def plain_answers(smollm2):
+    model, tok = smollm2
+    return generate_responses(model, tok, QUESTIONS, mode="plain", max_new_tokens=140, batch_size=6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["tsp", "wip", "sa"])
-def test_bias_raises_z_far_above_threshold(family, smollm2):
+def test_bias_raises_z_far_above_threshold(family, smollm2, plain_answers):
     model, tok = smollm2
     keys = [ICWKey.create(family, seed=100 + i, tokenizer=tok if family != "sa" else None) for i in range(len(QUESTIONS))]
-    plain = generate_responses(model, tok, QUESTIONS, mode="plain", max_new_tokens=140, batch_size=6)
+    plain = plain_answers
     biased = generate_responses(model, tok, QUESTIONS, keys, mode="bias", max_new_tokens=140, batch_size=6)
     z_plain = np.array([r.z_score for r in verify(plain, keys, tok)])
     z_bias = np.array([r.z_score for r in verify(biased, keys, tok)])
