@@ -168,6 +168,25 @@ def _key(family: str, seed: int, **params) -> str:
     return ICWKey.create(family, seed, load_tokenizer("smollm2"), **params).to_string()
 
 
+@pytest.mark.slow
+def test_stop_ends_generation_early(space):
+    """The Stop button (API /stop, same session) ends a long generation; what was written is verified."""
+    app, client = space
+    job = client.submit("Write a long essay about the ocean.", "wip", 1, 0.2, 300, 13, 18, "", 0, "smollm2",
+                        app.MAX_NEW_TOKENS, api_name="/watermark_and_detect")
+    deadline = time.time() + 120
+    while time.time() < deadline and not any("Generating answer 1" in (o[0] or "") and o[1] for o in job.outputs()):
+        time.sleep(0.1)  # until the first tokens of answer 1 have streamed in
+    start = time.time()
+    client.predict(api_name="/stop")
+    status, *answers, details = job.result(timeout=120)
+    assert status.startswith("Stopped: 1 of 3 answers"), status
+    assert details["stopped"] and len(details["answers"]) == 1
+    # far fewer than the 400 tokens asked for (about 300 words), and well before they could be written
+    assert details["answers"][0]["text"] and len(details["answers"][0]["text"].split()) < 150
+    assert time.time() - start < 60
+
+
 def test_make_key_endpoint(space):
     _, client = space
     key, material = client.predict("wip", 7, 0.2, 500, 13, 18, "smollm2", api_name="/make_key")

@@ -279,12 +279,13 @@ def cap(text: str, limit: int, what: str) -> tuple[str, str | None]:
 
 # -------------------------------------------------------------------------- generation
 def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: float | None,
-            max_new_tokens: int, seed: int) -> Iterator[tuple[str, bool]]:
-    """Yield (text so far, finished); the final text is exactly what generate_responses returns."""
+            max_new_tokens: int, seed: int, stop: threading.Event) -> Iterator[tuple[str, bool]]:
+    """Yield (text so far, finished); the final text is exactly what generate_responses returns.
+    Generation ends early once ``stop`` is set (the Stop button) or the consumer goes away."""
     from transformers import StoppingCriteriaList, TextIteratorStreamer
 
     streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True, timeout=600)
-    stop = threading.Event()  # set when the page stops listening (Stop button, closed tab)
+    abandoned = threading.Event()  # the page stopped listening (gradio closed this generator)
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -293,12 +294,12 @@ def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: flo
                 model, tok, [query], key if mode != "plain" else None, mode, delta=delta,
                 max_new_tokens=max_new_tokens, batch_size=1, seed=seed,
                 generation_kwargs={**DEFAULT_SAMPLING, "streamer": streamer,
-                                   "stopping_criteria": StoppingCriteriaList([_StopWhenSet(stop)])})
+                                   "stopping_criteria": StoppingCriteriaList([_StopWhenSet(stop, abandoned)])})
         except BaseException as err:  # re-raised in the caller's thread
             box["error"] = err
             streamer.end()
 
-    thread = threading.Thread(target=work, daemon=True)
+    thread = threading.Thread(target=work, daemon=True, name="icw-generate")
     thread.start()
     text, last = "", 0.0
     try:
@@ -308,7 +309,7 @@ def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: flo
                 last = time.monotonic()
                 yield text, False
     finally:  # also runs when gradio closes this generator on cancel: free the CPU at once
-        stop.set()
+        abandoned.set()
         thread.join()
     if "error" in box:
         raise box["error"]
@@ -316,15 +317,32 @@ def _stream(model: Any, tok: Any, query: str, key: ICWKey, mode: str, delta: flo
 
 
 class _StopWhenSet:
-    """A stopping criterion that ends generation once ``event`` is set."""
+    """A stopping criterion that ends generation once any of ``events`` is set."""
 
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
+        done = any(e.is_set() for e in self.events)
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
+#: One stop flag per browser session, set by the Stop button.
+_STOPS: dict[str, threading.Event] = {}
+
+
+def _session(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "default"
+
+
+def request_stop(request: gr.Request = None) -> None:
+    """Stop button: the running generation ends after its current token; what was written is
+    still verified and shown."""
+    event = _STOPS.get(_session(request))
+    if event is not None:
+        event.set()
 
 
 def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: int) -> None:
@@ -339,7 +357,8 @@ def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: 
 
 
 def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any,
-                         length: Any, key_string: str, delta: float, model_name: str, max_new_tokens: int):
+                         length: Any, key_string: str, delta: float, model_name: str, max_new_tokens: int,
+                         request: gr.Request = None):
     """Answer the query three ways (plain, instructed, biased), streaming, then verify each answer.
 
     Yields the status line, then per answer (highlighted text, verdict), then the details as JSON.
@@ -364,10 +383,13 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
         return
     prefix = (notice + "\n\n") if notice else ""
     details = []
+    stop = _STOPS[_session(request)] = threading.Event()
     try:
         for i, (mode, title, _) in enumerate(MODES):
+            if stop.is_set():
+                break
             outputs[0] = f"{prefix}Generating answer {i + 1} of 3 ({title[4:]}) with {model_name or default_model()}…"
-            for text, done in _stream(model, tok, query, key, mode, delta, max_new_tokens, seed=0):
+            for text, done in _stream(model, tok, query, key, mode, delta, max_new_tokens, seed=0, stop=stop):
                 outputs[1 + 2 * i] = [(text, None)]
                 if done:
                     result = verify(text, key, tok, highlights=True)
@@ -377,6 +399,13 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
                 yield tuple(outputs)
     except (ValueError, TypeError) as err:
         raise gr.Error(str(err), title="Please check your input") from None
+    if stop.is_set():
+        outputs[0] = (f"{prefix}Stopped: {len(details)} of 3 answers written (the last one may be cut short), "
+                      f"verified with the key `{key.to_string()}`.")
+        outputs[7] = {"key": key.to_string(), "model": model_name or default_model(), "answers": details,
+                      "stopped": True}
+        yield tuple(outputs)
+        return
     outputs[0] = (f"{prefix}✔ Done: three answers to the same query, verified with the key `{key.to_string()}`. "
                   f"Highlights: {HIGHLIGHT_HELP[key.family]}.")
     outputs[7] = {"key": key.to_string(), "model": model_name or default_model(), "answers": details}
@@ -517,9 +546,9 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                     family, [gamma, pool_size, num_letters, length, delta], api_name=False, queue=False)
                 random_key.click(lambda: random.randrange(1_000_000), None, seed, api_name=False, queue=False)
                 gen_inputs = [query, *key_fields[:-1], key_string, delta, model, max_new_tokens]
-                run = generate.click(watermark_and_detect, gen_inputs, answer_outputs, api_name="watermark_and_detect")
-                run_submit = query.submit(watermark_and_detect, gen_inputs, answer_outputs, api_name=False)
-                stop.click(None, None, None, cancels=[run, run_submit], api_name=False, queue=False)
+                generate.click(watermark_and_detect, gen_inputs, answer_outputs, api_name="watermark_and_detect")
+                query.submit(watermark_and_detect, gen_inputs, answer_outputs, api_name=False)
+                stop.click(request_stop, None, None, api_name="stop", queue=False)
             demo.load(make_key, key_fields, [key_string, material], api_name="make_key")
 
             with gr.Tab("Detect", id="detect"):
