@@ -88,7 +88,9 @@ class TransformersBackend(Backend):
         else:
             try:
                 self.model, self.tokenizer = load_model(model, device=device)
-            except (MissingAssetError, OSError, ValueError) as err:
+            except MissingAssetError as err:
+                raise BackendError(str(err)) from None
+            except (OSError, ValueError) as err:
                 raise BackendError(f"cannot load model {model!r} with transformers: {err}") from None
             self.name = SMOLLM2_HUB_ID if model == "smollm2" else str(model)
         if adapter:

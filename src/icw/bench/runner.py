@@ -334,7 +334,7 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
 def run(config: RunConfig, backend: Backend | None = None) -> Path:
     """Run the benchmark as configured; returns the run directory. Resumable (see module doc)."""
     out = Path(config.out)
-    _check_resume(config, out)
+    # dataset problems surface before anything is written, so a failed start leaves no run.json
     rows_by_family = {f: load_family(config.dataset, f, config.split, config.limit) for f in config.families}
     if backend is None:
         backend = make_backend(config.backend, config.model, base_url=config.base_url, api_key=config.api_key,
@@ -343,6 +343,7 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                                concurrency=config.concurrency)
     if config.mode == "bias" and not backend.supports_bias:
         raise BackendError(f"the {type(backend).__name__} cannot apply a logit bias: use --mode instruction")
+    _check_resume(config, out)
     store = ResultStore(out / RESPONSES)
     if store.skipped_lines:
         print(f"icw: note: ignored {store.skipped_lines} torn line(s) in {store.path} (an earlier run was killed)",
