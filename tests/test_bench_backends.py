@@ -43,7 +43,7 @@ def test_openai_backend_round_trip_through_real_server(server):
     backend = OpenAIBackend("tiny", server, max_new_tokens=6, concurrency=2)
     got = []
     requests = [Request(i, f"Question {i}?") for i in range(3)]
-    backend.generate(requests, lambda reqs, answers, errors: got.extend(zip([r.uid for r in reqs], answers, errors)))
+    backend.generate(requests, lambda reqs, answers, errors: got.extend(zip([r.uid for r in reqs], answers, errors, strict=True)))
     assert sorted(uid for uid, _, _ in got) == [0, 1, 2]
     assert all(isinstance(a, str) and a and e is None for _, a, e in got)
     with pytest.raises(BackendError, match="bias mode"):
@@ -78,7 +78,7 @@ def test_endpoint_errors_are_reported_not_dropped(server):
         ChatClient(server, "tiny").complete([{"role": "robot", "content": "x"}])
     backend = OpenAIBackend("tiny", dead, check=False, retries=0)
     got = []
-    backend.generate([Request("a", "q")], lambda reqs, answers, errors: got.extend(zip(answers, errors)))
+    backend.generate([Request("a", "q")], lambda reqs, answers, errors: got.extend(zip(answers, errors, strict=True)))
     assert got[0][0] is None and "connection error" in got[0][1]
 
 
@@ -129,7 +129,7 @@ def test_vllm_bias_mode_on_gpu(smollm2):
     got = {}
     backend.generate([Request(i, "Tell me about the ocean.", k) for i, k in enumerate(keys)] +
                      [Request(10 + i, "Tell me about the ocean.") for i in range(4)],
-                     lambda reqs, answers, errors: got.update({r.uid: a for r, a in zip(reqs, answers)}))
+                     lambda reqs, answers, errors: got.update({r.uid: a for r, a in zip(reqs, answers, strict=True)}))
     pos = [verify(got[i], keys[i], tok).z_score for i in range(4)]
     neg = [verify(got[10 + i], keys[i], tok).z_score for i in range(4)]
     assert min(pos) > max(neg)
