@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -229,16 +230,22 @@ def highlighted(text: str, result: Any) -> gr.HighlightedText:
     """A ``gr.HighlightedText`` update: the text cut into (span, label) pairs (the verifier's
     counted units carry their label, the text between them ``None``) and the family's legend."""
     pieces: list[tuple[str, str | None]] = []
+
+    def plain(chunk: str) -> None:
+        # word-sized pieces wrap like prose; one long unlabelled piece would break mid-word
+        pieces.extend((word, None) for word in re.findall(r"\s*\S+|\s+", chunk))
+
     pos = 0
     for h in sorted(result.highlights or [], key=lambda h: h.start):
         if h.start < pos:  # overlapping offsets (rare byte-level merges): keep the first
             continue
-        if h.start > pos:
-            pieces.append((text[pos : h.start], None))
-        pieces.append((text[h.start : h.end], h.label))
-        pos = h.end
-    if pos < len(text):
-        pieces.append((text[pos:], None))
+        end = h.end
+        if result.family == "sa":  # show the whole first word, not only its letter
+            end = re.match(r"\w*", text[h.end :]).end() + h.end
+        plain(text[pos : h.start])
+        pieces.append((text[h.start : end], h.label))
+        pos = end
+    plain(text[pos:])
     return gr.HighlightedText(value=pieces, color_map=COLORS[result.family])
 
 
@@ -390,7 +397,7 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
                 break
             outputs[0] = f"{prefix}Generating answer {i + 1} of 3 ({title[4:]}) with {model_name or default_model()}…"
             for text, done in _stream(model, tok, query, key, mode, delta, max_new_tokens, seed=0, stop=stop):
-                outputs[1 + 2 * i] = [(text, None)]
+                outputs[1 + 2 * i] = [(word, None) for word in re.findall(r"\s*\S+|\s+", text)]
                 if done:
                     result = verify(text, key, tok, highlights=True)
                     outputs[1 + 2 * i] = highlighted(text, result)
