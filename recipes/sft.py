@@ -14,7 +14,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from icw.generation import user_message
 from icw.keys import as_key
-from icw.train.synthesis import DCSArguments, load_policy
+from icw.train.synthesis import DCSArguments, load_policy, save_and_push
 
 
 @dataclass
@@ -49,9 +49,7 @@ def main(argv: list[str] | None = None) -> SFTTrainer:
     trainer = SFTTrainer(model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    trainer.save_model(config.output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(config.output_dir)
+    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
     return trainer
 
 

@@ -70,13 +70,18 @@ def test_sdlp_recipe_trains_and_checkpoint_reloads(dcs, tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "sdlp"
-    _launch("sdlp.py", "--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--model_name_or_path",
+    results = tmp_path / "results.json"  # what `icw bench report` writes, reduced to the fields a card needs
+    results.write_text(json.dumps({"model": "tiny-sdlp", "families": {"wip": {
+        "auc": 0.75, "auc_ci": [0.5, 0.9], "tpr_at_1fpr": 0.25, "num_positive": 4, "num_negative": 4}}}))
+    _launch("sdlp.py", "--model_card_results", str(results), "--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--model_name_or_path",
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "2",
             "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "steps",
             "--save_steps", "2", "--learning_rate", "1e-3")
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    card = (out / "README.md").read_text()
+    assert "tiny-sdlp" in card and "0.750" in card  # the ICWBench model card, not the Trainer's default one
     reloaded = AutoModelForCausalLM.from_pretrained(out)
     original = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert not torch.equal(reloaded.model.norm.weight, original.model.norm.weight)  # it trained

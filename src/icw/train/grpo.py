@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from trl import GRPOTrainer, get_peft_config
     from trl.import_utils import is_vllm_available
 
-    from .synthesis import load_policy
+    from .synthesis import load_policy, save_and_push
 
     data_args, reward_args, config, model_args = make_parser().parse_args_and_config(
         None if argv is None else list(argv))
@@ -168,7 +168,5 @@ def main(argv: Sequence[str] | None = None) -> Any:
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    trainer.save_model(config.output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(config.output_dir)
+    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
     return trainer

@@ -506,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
     """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
     from trl import get_peft_config
 
-    from .synthesis import load_policy
+    from .synthesis import load_policy, save_and_push
 
     data_args, config, model_args = make_parser().parse_args_and_config(None if argv is None else list(argv))
     model, tokenizer = load_policy(model_args)
@@ -514,7 +514,5 @@ def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
     trainer = SDLPTrainer(model, config, train_dataset=dataset, processing_class=tokenizer,
                           peft_config=get_peft_config(model_args))
     trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    trainer.save_model(config.output_dir)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(config.output_dir)
+    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
     return trainer

@@ -205,26 +205,25 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
                queries: Sequence[str] | None = None) -> Any:
     """Generate ``D_cs`` into ``config.output_dir`` (resuming from ``rows.jsonl``) and return it as a
     ``datasets.Dataset``; prints the statistics table."""
+    from accelerate import PartialState
     from datasets import Dataset
 
+    state = PartialState()  # under `accelerate launch` each process takes every world_size-th row
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None or tokenizer is None:
+        if config.device is None and state.num_processes > 1:
+            config.device = str(state.device)
         model, tokenizer = _load(config)
     items = plan(config, read_queries(config) if queries is None else list(queries))
-    log = out / "rows.jsonl"
-    done: dict[str, dict[str, Any]] = {}
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["id"]] = row
-    todo = [it for it in items if it["id"] not in done]
+    log = out / ("rows.jsonl" if state.num_processes == 1 else f"rows.{state.process_index}.jsonl")
+    done = _read_logs(out)
+    todo = [it for it in items if it["id"] not in done][state.process_index :: state.num_processes]
     if done:
         print(f"resuming: {len(done)} rows already in {log}, {len(todo)} to go")
     (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
-    bar = tqdm(total=len(todo), desc="synthesizing D_cs")
+    bar = tqdm(total=len(todo), desc="synthesizing D_cs", disable=not state.is_local_main_process)
     with log.open("a", encoding="utf-8") as sink:
         for family in config.families:
             for label in (1, 0):
@@ -253,13 +252,26 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
                                    max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
                                    seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save)
     bar.close()
-    rows = list(done.values())  # earlier runs into the same folder (e.g. one family at a time) are kept
+    state.wait_for_everyone()
+    rows = list(_read_logs(out).values())  # earlier runs into the same folder (e.g. one family at a time) are kept
+    if not state.is_main_process:
+        return Dataset.from_list(rows)
     dataset = Dataset.from_list(rows)
     dataset.to_parquet(str(out / "data.parquet"))
     table = statistics(rows)
     (out / "stats.json").write_text(json.dumps(table, indent=2))
     print(format_statistics(table))
     return dataset
+
+
+def _read_logs(out: Path) -> dict[str, dict[str, Any]]:
+    done: dict[str, dict[str, Any]] = {}
+    for log in sorted(out.glob("rows*.jsonl")):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["id"]] = row
+    return done
 
 
 def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "train", label: int | None = None) -> Any:
@@ -295,6 +307,10 @@ class DCSArguments:
     dataset_split: str = field(default="train", metadata={"help": "Split to read when dataset_name is a Hub id."})
     families: list[str] | None = field(default=None, metadata={"help": "Keep only these families (default: all)."})
     max_rows: int | None = field(default=None, metadata={"help": "Use at most this many rows (after shuffling)."})
+    model_card_results: str | None = field(
+        default=None, metadata={"help": "results.json of `icw bench report` for the trained model: the output folder "
+                                        "then gets a model card (README.md, .eval_results/) built from it, which "
+                                        "is what push_to_hub uploads."})
 
     def load(self, label: int | None = None, seed: int = 0) -> Any:
         ds = load_dcs(self.dataset_name, self.families, self.dataset_split, label=label).shuffle(seed=seed)
@@ -311,3 +327,28 @@ def load_policy(model_args: Any) -> tuple[Any, Any]:
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     model, tokenizer = load_model(model_args.model_name_or_path, dtype=dtype)
     return model.train(), tokenizer
+
+
+def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None) -> None:
+    """Save the model and tokenizer; write the ICWBench model card when results are given; push if asked.
+
+    ``Trainer.push_to_hub`` writes its own README, so the ICWBench card is uploaded after it.
+    """
+    out = trainer.args.output_dir
+    trainer.save_model(out)
+    adapter = hasattr(trainer.model, "peft_config")
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(out)
+        if data_args.model_card_results:
+            from ..hub import write_model_card
+
+            write_model_card(data_args.model_card_results, out, base_model=base_model,
+                             adapter="peft/lora" if adapter else None)
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub()
+        if data_args.model_card_results and trainer.is_world_process_zero():
+            from huggingface_hub import HfApi
+
+            HfApi(token=trainer.args.hub_token).upload_folder(
+                repo_id=trainer.hub_model_id, folder_path=out, allow_patterns=["README.md", ".eval_results/*"],
+                commit_message="ICWBench model card")
