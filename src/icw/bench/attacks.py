@@ -168,7 +168,7 @@ EXPAND_PROMPT = ("Write a complete, detailed answer of about {words} words based
 class EndpointAttack(Attack):
     """An attack made of one or more rewriting requests to an OpenAI-compatible endpoint."""
 
-    def __init__(self, name: str, client: Any, rounds: int = 1) -> None:
+    def __init__(self, name: str, client: Any, rounds: int = 1, max_tokens: int | None = None) -> None:
         if name not in ENDPOINT_ATTACKS:
             raise ValueError(f"unknown endpoint attack {name!r}; choose from {', '.join(ENDPOINT_ATTACKS)}")
         if client is None:
@@ -176,6 +176,7 @@ class EndpointAttack(Attack):
         if name == "paraphrase" and not 1 <= rounds <= 3:
             raise ValueError(f"paraphrase rounds must be 1, 2 or 3, got {rounds}")
         self.name, self.client, self.rounds = name, client, rounds
+        self.max_tokens = max_tokens  # None: room for about twice the input's words
 
     def steps(self, text: str) -> list[str]:
         """Prompts applied one after another (``{text}`` is the previous output)."""
@@ -193,7 +194,7 @@ class EndpointAttack(Attack):
             try:
                 for prompt in self.steps(text):
                     current = self.client.complete(prompt.replace("{text}", current),
-                                                   max_tokens=max(64, 2 * len(current.split()) + 32))
+                                                   max_tokens=self.max_tokens or max(64, 2 * len(current.split()) + 32))
                 out.append(current)
                 errors.append(None)
             except RuntimeError as err:
