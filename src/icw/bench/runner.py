@@ -383,8 +383,9 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
 
 
 # -------------------------------------------------------------------------------------- CLI
-def _run_command(args: argparse.Namespace) -> None:
-    config = RunConfig(
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The :class:`RunConfig` of parsed ``icw bench run`` arguments."""
+    return RunConfig(
         out=args.out, dataset=args.dataset, families=tuple(args.families), split=args.split, limit=args.limit,
         backend=args.backend, model=args.model, base_model=args.base_model, adapter=args.adapter,
         base_url=args.base_url, api_key=args.api_key, mode=args.mode, max_new_tokens=args.max_new_tokens,
@@ -393,6 +394,10 @@ def _run_command(args: argparse.Namespace) -> None:
         query_column=args.query_column, attacks=tuple(args.attacks), attack_url=args.attack_url,
         attack_model=args.attack_model, paraphrase_rounds=args.paraphrase_rounds, ppl_models=tuple(args.ppl_models),
         judge_url=args.judge_url, judge_model=args.judge_model)
+
+
+def _run_command(args: argparse.Namespace) -> None:
+    config = config_from_args(args)
     try:
         out = run(config)
     except KeyboardInterrupt:
