@@ -463,9 +463,9 @@ the training recipes distil into a model so it follows the instruction by itself
 
 TSP writes its green list into the prompt; a 135M-parameter model's context cannot hold the
 paper's ~17,700-token list, so this demo draws T from a small candidate pool of the
-lowest-id English tokens (set it in the TSP fields; empty = the whole vocabulary).
+lowest-id English tokens (set it in the TSP fields; 0 = the whole vocabulary).
 
-Library: `pip install icw` · CLI: `icw detect --key KEY file.txt`, `icw demo`.
+Library: the `icw` Python package (`from icw import ICWKey, verify`) · CLI: `icw detect --key KEY file.txt`, `icw demo`.
 """
 
 CSS = """
