@@ -65,7 +65,7 @@ def generate_responses(
             (query alone, decoded with the family's logit perturbation).
         delta: bias strength for ``bias`` mode (the family default otherwise).
         template: a custom instruction template for ``instruction`` mode.
-        generation_kwargs: passed to ``generate`` (defaults: :data:`DEFAULT_SAMPLING`).
+        generation_kwargs: passed to ``generate``, on top of :data:`DEFAULT_SAMPLING`.
         progress: show a progress bar (a string sets its description).
         on_batch: called with (query indices, answers) after each batch, so callers can save
             finished work as it comes.
@@ -79,7 +79,9 @@ def generate_responses(
     key_list = as_keys(keys, len(queries)) if keys is not None else [None] * len(queries)
     if mode != "plain" and keys is None:
         raise ValueError(f"{mode} mode needs keys")
-    kwargs = dict(DEFAULT_SAMPLING if generation_kwargs is None else generation_kwargs)
+    kwargs = {**DEFAULT_SAMPLING, **(generation_kwargs or {})}  # a streamer alone must not switch off sampling
+    if not kwargs.get("do_sample"):
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_p")}
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
