@@ -169,3 +169,18 @@ def test_bad_inputs(qwen3, gpt2):
         verify("Some text here.", "icw-tsp-1", qwen3)
     with pytest.raises(ValueError, match="alpha"):
         verify("Some text.", key, qwen3, alpha=5)
+
+
+def test_vectorized_hypergeometric_tails_match_scipy():
+    from scipy.stats import hypergeom
+
+    from icw.verify import hypergeom_tails
+
+    rng = np.random.default_rng(0)
+    big = rng.integers(10, 150_000, 3000)
+    k = (big * rng.uniform(0.05, 0.5, 3000)).astype(int)
+    n = np.minimum(rng.integers(0, 800, 3000), big)
+    x = rng.integers(-2, 300, 3000)
+    expected = hypergeom.sf(x - 1, big, k, n)
+    got = hypergeom_tails(x, big, k, n)
+    assert np.allclose(got, expected, rtol=1e-8, atol=1e-300)

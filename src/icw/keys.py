@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote
@@ -284,7 +284,7 @@ class ICWKey:
     def to_dict(self) -> dict[str, Any]:
         """The fields that define this key (defaults of other families omitted)."""
         keep = {"tsp": ("gamma", "pool_size"), "wip": ("num_letters", "letters"), "sa": ("length", "secret")}
-        data = {k: v for k, v in asdict(self).items() if k != "_cache"}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_cache"}
         out = {"family": self.family, "seed": self.seed}
         out.update({k: data[k] for k in keep[self.family] if data[k] is not None})
         if self.family in ("wip", "sa") and out.get("letters" if self.family == "wip" else "secret"):
@@ -299,8 +299,10 @@ class ICWKey:
 
     def to_string(self) -> str:
         """``icw:<family>:name=value,...``; share it with anyone who should detect."""
-        parts = [f"{k}={quote(str(v), safe='')}" for k, v in self.to_dict().items() if k != "family"]
-        return f"{_PREFIX}:{self.family}:{','.join(parts)}"
+        if "string" not in self._cache:  # results quote their key: build the string once
+            parts = [f"{k}={quote(str(v), safe='')}" for k, v in self.to_dict().items() if k != "family"]
+            self._cache["string"] = f"{_PREFIX}:{self.family}:{','.join(parts)}"
+        return self._cache["string"]
 
     def __str__(self) -> str:
         return self.to_string()

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -29,6 +30,8 @@ _INLINE_WS = frozenset(" \t\r\x0b\x0c")
 _TERMINALS = frozenset(".!?")
 _CLOSERS = frozenset("\"')]*_")
 _TAG_OPENERS = _LETTERS | frozenset("/!")
+_NEXT_IF_SETTLED = re.compile(r"[\n`<.!?]")
+_NEXT_IF_PENDING = re.compile(r"[\n`<.!?A-Za-z]")
 
 
 class SentenceState(NamedTuple):
@@ -61,7 +64,18 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
     found, as ``(offset + index, LETTER)`` pairs."""
     fence, bol, ticks, code, tag, pending, term = state
     found: list[tuple[int, str]] = []
-    for i, c in enumerate(text):
+    i, end = -1, len(text)
+    while True:
+        i += 1
+        if not (fence or code or tag or ticks or term or bol):
+            # Plain prose mid-line: only these characters can change the state, so jump to the next one.
+            nxt = (_NEXT_IF_PENDING if pending else _NEXT_IF_SETTLED).search(text, i)
+            if nxt is None:
+                break
+            i = nxt.start()
+        if i >= end:
+            break
+        c = text[i]
         if fence:
             if c == "\n":
                 bol, ticks = True, 0

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy.stats import hypergeom
+from scipy.special import gammaln
 
 from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
 from .text import sentence_initial_spans
@@ -56,6 +58,8 @@ _NULL = {
     "wip": "the text is independent of the key: the green letters are a uniform random subset of the alphabet",
     "sa": "the text is independent of the key: the secret is a random string from the key's letter pool",
 }
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 _LABELS = {"tsp": ("green token", "other token"), "wip": ("green initial", "red initial"),
            "sa": ("matched initial", "unmatched initial")}
 
@@ -131,6 +135,33 @@ def wip_key_null_sf(counts: np.ndarray, num_letters: int, x: int) -> float:
     return float(dist[max(x, 0):].sum() / dist.sum())
 
 
+def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """``P(X >= x)`` for ``X ~ Hypergeometric(population, successes, draws)``, element-wise.
+
+    Sums the pmf over the upper tail in log space for all texts in one vectorized pass
+    (scipy.stats.hypergeom.sf loops in Python per element, which dominated batch verification;
+    tests check agreement with it).
+    """
+    x, big, k, n = (np.asarray(a, dtype=np.int64) for a in (x, population, successes, draws))
+    lo = np.maximum(x, 0)
+    hi = np.minimum(n, k)
+    counts = np.maximum(hi - lo + 1, 0)
+    out = np.where(x <= np.maximum(0, n - (big - k)), 1.0, 0.0)  # x at or below the support: certain
+    todo = (counts > 0) & (out == 0.0)
+    if todo.any():
+        reps = counts[todo]
+        row = np.repeat(np.arange(len(reps)), reps)
+        j = lo[todo][row] + np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
+        kk, bb, nn = k[todo][row], big[todo][row], n[todo][row]
+        logpmf = (_log_comb(kk, j) + _log_comb(bb - kk, nn - j) - _log_comb(bb, nn))
+        out[todo] = np.minimum(np.add.reduceat(np.exp(logpmf), np.cumsum(reps) - reps), 1.0)
+    return out
+
+
+def _log_comb(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return gammaln(a + 1.0) - gammaln(b + 1.0) - gammaln(a - b + 1.0)
+
+
 def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) -> np.ndarray:
     """Bit-parallel LCS (Allison-Dix / Hyyro) of many secrets against many letter strings.
 
@@ -147,9 +178,16 @@ def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) ->
     rows = max(secret_masks.shape[0], text_codes.shape[0])
     full = np.uint64((1 << width) - 1)
     v = np.full(rows, full, dtype=np.uint64)
-    row_index = np.arange(rows) if secret_masks.shape[0] > 1 else np.zeros(rows, dtype=np.int64)
-    for j in range(text_codes.shape[1]):
-        u = v & secret_masks[row_index, text_codes[:, j]]
+    if secret_masks.shape[0] == 1:  # one secret, many texts: gather from a 26-entry table
+        table = secret_masks[0]
+        columns = (table[text_codes[:, j]] for j in range(text_codes.shape[1]))
+    elif text_codes.shape[0] == 1:  # many secrets, one text: one contiguous row per letter
+        by_letter = secret_masks.T if secret_masks.T.flags.c_contiguous else np.ascontiguousarray(secret_masks.T)
+        columns = (by_letter[c] for c in text_codes[0])
+    else:
+        columns = (secret_masks[np.arange(rows), text_codes[:, j]] for j in range(text_codes.shape[1]))
+    for match in columns:
+        u = v & match
         v = ((v + u) | (v - u)) & full
     return width - np.bitwise_count(v).astype(np.int64)
 
@@ -161,6 +199,14 @@ def _secret_masks(codes: np.ndarray) -> np.ndarray:
     for i in range(codes.shape[1]):
         masks[rows, codes[:, i]] |= np.uint64(1 << i)
     return masks
+
+
+@lru_cache(maxsize=64)
+def _null_secret_masks(length: int, pool: str, count: int) -> np.ndarray:
+    """Masks of ``count`` random secrets, drawn once per (length, pool, count) and reused:
+    the draws are independent of every text and key, which is all a Monte Carlo test needs."""
+    draws = _rng("null-secrets", length, pool, count).integers(0, len(pool), size=(count, length))
+    return np.ascontiguousarray(_secret_masks(_codes(pool)[draws]).T)  # (26, count): one row per letter
 
 
 def _codes(letters: str) -> np.ndarray:
@@ -218,8 +264,10 @@ def _check_texts(texts: Any, max_chars: int) -> list[str]:
 def _text_note(text: str) -> str | None:
     if not text.strip():
         return "empty text: nothing to score"
-    ascii_letters = sum(c.isascii() and c.isalpha() for c in text)
-    other_letters = sum(c.isalpha() for c in text) - ascii_letters
+    if text.isascii():
+        return None
+    ascii_letters = len(_ASCII_LETTER.findall(text))
+    other_letters = sum(c.isalpha() for c in "".join(_NON_ASCII.findall(text)))
     if other_letters > ascii_letters:
         return "mostly non-English text: only its English (ASCII) part is scored, so the test has little power"
     return None
@@ -250,7 +298,9 @@ def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean:
 
 # ------------------------------------------------------------------- per-family scoring
 def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
-                        text: str, alpha: float) -> VerificationResult:
+                        text: str, alpha: float) -> tuple[VerificationResult, tuple[int, int, int, int] | None]:
+    """Score one text; for TSP the p-value is left to the caller, who computes the
+    hypergeometric tails of a whole batch in one call (returned as ``(x, |P|, |T|, n)``)."""
     scored, green = scored_mask(key, view), green_mask(key, view)
     arr = np.asarray(ids, dtype=np.int64)
     arr = arr[(arr >= 0) & (arr < view.size)]
@@ -261,13 +311,13 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
         p0 = key.gamma
         pool = int(scored.sum())
         size_t = math.floor(key.gamma * pool)
-        p = float(hypergeom.sf(x - 1, pool, size_t, n)) if n else 1.0
+        p, tail = float("nan"), (x, pool, size_t, n)
         method = f"exact hypergeometric (|P| = {pool}, |T| = {size_t})"
     else:
         letters = [ord(c) - 65 for c in key.green_letters]
         p0 = float(view.letter_fractions[letters].sum())
         counts = np.bincount(view.word_letter[unique].astype(np.int64), minlength=26)
-        p = wip_key_null_sf(counts, key.num_letters, x) if n else 1.0
+        p, tail = (wip_key_null_sf(counts, key.num_letters, x) if n else 1.0), None
         method = f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys"
     highlights = None
     if offsets is not None:
@@ -276,7 +326,7 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
                       for t, (s, e) in zip(ids, offsets, strict=False) if 0 <= t < view.size and scored[t] and e > s]
     mean, sd = n * p0, math.sqrt(n * p0 * (1 - p0))
     return _result(key, alpha, z_statistic(x, n, p0), min(p, 1.0), n, x, mean, sd, p0, method, _text_note(text),
-                   highlights=highlights)
+                   highlights=highlights), tail
 
 
 def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_permutations: int,
@@ -292,15 +342,14 @@ def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_p
     secret_masks = _secret_masks(_codes(secret)[None, :])
     phi_codes = _codes(phi)
     x = int(lcs_lengths(secret_masks, phi_codes[None, :], k)[0])
-    rng = _rng(secret, phi, num_permutations, num_null_keys)
+    rng = _rng(secret, phi, num_permutations)
     perms = rng.permuted(np.tile(phi_codes, (num_permutations, 1)), axis=1)
     null = lcs_lengths(secret_masks, perms, k)
     mean, sd = float(null.mean()), float(null.std(ddof=1))  # sample sd, as the reference
     z = (x - mean) / sd if sd > 0 else 0.0
     perm_p = (int((null >= x).sum()) + 1) / (num_permutations + 1)
     pool = SA_POOL if set(secret) <= set(SA_POOL) else ALPHABET
-    draws = _codes(pool)[rng.integers(0, len(pool), size=(num_null_keys, k))]
-    key_null = lcs_lengths(_secret_masks(draws), phi_codes[None, :], k)
+    key_null = lcs_lengths(_null_secret_masks(k, pool, num_null_keys).T, phi_codes[None, :], k)
     p = (int((key_null >= x).sum()) + 1) / (num_null_keys + 1)
     method = (f"Monte Carlo over {num_null_keys:,} random {k}-letter secrets from the {len(pool)}-letter pool "
               f"(resolution {1 / (num_null_keys + 1):.1e})")
@@ -359,9 +408,18 @@ def verify(
         groups.setdefault(id(tok), (tok, view, []))[2].append(i)
     for tok, view, idx in groups.values():
         enc = tok([texts[i] for i in idx], add_special_tokens=False, return_offsets_mapping=highlights)
+        tails = {}
         for j, i in enumerate(idx):
             offsets = enc["offset_mapping"][j] if highlights else None
-            results[i] = _score_token_family(keys[i], view, enc["input_ids"][j], offsets, texts[i], alpha)
+            results[i], tail = _score_token_family(keys[i], view, enc["input_ids"][j], offsets, texts[i], alpha)
+            if tail is not None:
+                tails[i] = tail
+        if tails:  # one vectorized call: scipy's per-call overhead dominates a single tail
+            x, pool, size, n = np.array(list(tails.values())).T
+            p_values = np.where(n > 0, hypergeom_tails(x, pool, size, n), 1.0)
+            for i, p in zip(tails, p_values, strict=True):
+                results[i].p_value = min(float(p), 1.0)
+                results[i].is_watermarked = results[i].p_value <= alpha
     return results[0] if single else results
 
 
