@@ -140,6 +140,14 @@ def test_bias_mode_heldout_template_and_key_seeds(tmp_path, bench, tiny_backend)
     assert {ICWKey.from_string(r["key"]).seed for r in prompts} == {5000, 5001}
     records = load_records(tmp_path / "held")
     assert all(r["template"] == "heldout" for r in records)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"question": q}) + "\n" for q in ("Name a prime.", "Name a colour.")))
+    run(RunConfig(out=str(tmp_path / "other"), dataset=str(bench), families=("sa",), limit=2,
+                  query_dataset=str(other), query_column="question", max_new_tokens=8), tiny_backend)
+    assert {r["query"] for r in load_records(tmp_path / "other")} == {"Name a prime.", "Name a colour."}
+    with pytest.raises(ValueError, match="has no column 'prompt'"):
+        run(RunConfig(out=str(tmp_path / "bad"), dataset=str(bench), families=("sa",), limit=2,
+                      query_dataset=str(other), query_column="prompt"), tiny_backend)
 
 
 def test_killed_cli_run_resumes_without_repeats_or_losses(tmp_path, bench, tiny_qwen):
@@ -226,23 +234,23 @@ def test_smollm2_end_to_end_transformers_and_openai_backends(tmp_path, smollm2):
     server, url = serve_in_thread(model, tok, "smollm2")
     try:
         config = RunConfig(out=str(tmp_path / "remote"), dataset=str(bench), backend="openai", model="smollm2",
-                           base_url=url, max_new_tokens=16, families=("wip", "sa"), attacks=("deletion", "paraphrase"),
+                           base_url=url, max_new_tokens=16, families=("sa",), attacks=("deletion", "paraphrase"),
                            attack_url=url, attack_model="smollm2", judge_url=url, judge_model="smollm2",
                            ppl_models=("smollm2",))
         run(config, OpenAIBackend("smollm2", url, max_new_tokens=16))
     finally:
         server.shutdown()
     records = load_records(tmp_path / "remote")
-    assert len([r for r in records if r["attack"] == "none"]) == 8 and not any(r.get("error") for r in records)
+    assert len([r for r in records if r["attack"] == "none"]) == 4 and not any(r.get("error") for r in records)
     assert {r["attack"] for r in records} == {"none", "deletion", "paraphrase"}
     quality = load_records(tmp_path / "remote", "quality.jsonl")
     judged = [q for q in quality if q["metric"] == "judge"]
-    assert len(judged) == 4 and all(q.get("scores") or (q.get("error") and "raw" in q) for q in judged)
+    assert len(judged) == 2 and all(q.get("scores") or (q.get("error") and "raw" in q) for q in judged)
     assert all(q["value"] > 1.0 for q in quality if q["metric"] == "ppl")
     for run_dir in (tmp_path / "local", tmp_path / "remote"):
         result = report(run_dir, num_bootstrap=50)
         assert (run_dir / "report.md").exists() and list(run_dir.glob("roc_*.png"))
-    assert set(result["families"]["wip"]["attacks"]) == {"deletion", "paraphrase"}
+    assert set(result["families"]["sa"]["attacks"]) == {"deletion", "paraphrase"}
     assert result["families"]["sa"]["ppl"] is not None
 
 
@@ -262,4 +270,4 @@ def test_readme_bench_commands_parse_into_valid_configs():
         if args.bench_command == "run":
             config = config_from_args(args)
             assert config.families == FAMILIES
-    assert "bias" in section
+    assert "bias" in section and "| Token-Set Preference (TSP) | 50/50" in section
