@@ -308,13 +308,11 @@ class VLLMBackend(Backend):
             raise BackendError(f"--backend vllm cannot run here: {reason}")
         from vllm import LLM
 
-        path = "smollm2"
+        path = model
         if model == "smollm2":
             from ..models import smollm2_path
 
             path = str(smollm2_path())
-        else:
-            path = model
         self.name, self.delta, self.max_new_tokens, self.seed = model, delta, max_new_tokens, seed
         self.temperature, self.top_p = temperature, top_p
         self.llm = LLM(model=path, logits_processors=[_vllm_processor_class()], **llm_kwargs)
