@@ -75,7 +75,7 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
     peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear") if mode == "lora" else None
     features = [{**row, **tokenize_row(row, tok)} for row in rows]
     batch = SDLPCollator(tok, model.config.vocab_size, config)(features)
-    if method == "sdlp":  # full fine-tuning: the trainer keeps a frozen teacher copy; LoRA: adapter disabled
+    if method in ("sdlp", "both"):  # full fine-tuning: the trainer keeps a frozen teacher copy; LoRA: adapter disabled
         trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(rows), processing_class=tok,
                               peft_config=peft_config)
         policy = trainer.model
@@ -94,8 +94,8 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
 
-    def step() -> float:
-        if method == "sdlp":
+    def step(kind: str = method) -> float:
+        if kind == "sdlp":
             loss = trainer.compute_loss(policy, batch)
         else:
             loss = policy(input_ids=batch["student_input_ids"], attention_mask=batch["student_attention_mask"],
@@ -105,6 +105,16 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
         optimizer.step()
         return float(loss)
 
+    if method == "both":  # interleaved SFT and SDLP steps in one process: timings see the same machine load
+        times = {"sft": [], "sdlp": []}
+        for i in range(args.warmup + args.steps):
+            for kind in ("sft", "sdlp") if i % 2 == 0 else ("sdlp", "sft"):
+                start = time.perf_counter()
+                step(kind)
+                if i >= args.warmup:
+                    times[kind].append(time.perf_counter() - start)
+        return {"method": "both", "mode": mode, "sft_median_s": statistics.median(times["sft"]),
+                "sdlp_median_s": statistics.median(times["sdlp"]), "times": times}
     baseline = _rss_kib()
     for _ in range(args.warmup):
         step()
@@ -130,6 +140,9 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="time SFT and SDLP in one process, alternating steps (robust to a busy machine); "
+                             "no memory figures")
     parser.add_argument("--worker", nargs=2, metavar=("METHOD", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -137,7 +150,7 @@ def main() -> None:
         return
     results = {}
     for mode in args.modes:
-        for method in ("sft", "sdlp"):
+        for method in ("both",) if args.interleaved else ("sft", "sdlp"):
             cmd = [sys.executable, __file__, "--worker", method, mode, "--model", args.model, "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--batch-size", str(args.batch_size), "--response-tokens",
                    str(args.response_tokens), "--chunk-size", str(args.chunk_size), "--threads", str(args.threads)]
@@ -147,8 +160,17 @@ def main() -> None:
                 sys.exit(f"worker {method}/{mode} failed:\n{proc.stderr[-3000:]}")
             results[(method, mode)] = json.loads(line[7:])
             r = results[(method, mode)]
+            if method == "both":
+                print(f"  {mode}: interleaved medians SFT {r['sft_median_s']:.2f} s/step, SDLP {r['sdlp_median_s']:.2f} "
+                      f"s/step, ratio {r['sdlp_median_s'] / r['sft_median_s']:.2f}x", flush=True)
+                continue
             print(f"  {method:4s} {mode:4s}: median {r['median_s']:.2f} s/step, peak RSS {r['peak_rss_mib']:.0f} MiB",
                   flush=True)
+    if args.interleaved:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump([dict(v) for v in results.values()], f, indent=2)
+        return
     print(f"\nSDLP vs SFT on {args.model}, CPU ({args.threads} threads), batch {args.batch_size} x "
           f"{args.response_tokens} response tokens, median of {args.steps} steps after {args.warmup} warm-up")
     print("peak memory = peak RSS of the worker process (resource ru_maxrss); 'above base' subtracts the RSS "
