@@ -271,3 +271,13 @@ def test_readme_bench_commands_parse_into_valid_configs():
             config = config_from_args(args)
             assert config.families == FAMILIES
     assert "bias" in section and "| Token-Set Preference (TSP) | 50/50" in section
+
+
+def test_warns_when_instructions_overflow_the_context(qwen3, tiny_backend):
+    from icw.bench.runner import context_warning
+
+    full = ICWKey.create("tsp", 1, qwen3)  # the paper's pool: all of V_en, ~17,700 listed tokens
+    small = ICWKey.create("tsp", 1, qwen3, pool_size=200)
+    assert context_warning(tiny_backend, [small.prompt("Why?", qwen3)]) is None
+    message = context_warning(tiny_backend, [small.prompt("Why?", qwen3), full.prompt("Why?", qwen3)])
+    assert message and "reads at most 4096" in message and "--pool-size" in message

@@ -293,6 +293,21 @@ def _base_record(config: RunConfig, model: str, family: str, item: Item, role: s
             "query": item.query, "query_source": item.row.get("query_source"), "template": config.template}
 
 
+def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
+    """A warning when the longest prompt does not fit the local model's context window (the
+    model then answers garbage: TSP instructions listing all of ``V_en`` run to ~9k-18k tokens)."""
+    model = getattr(backend, "model", None)
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not prompts or backend.tokenizer is None or not limit:
+        return None
+    longest = max(prompts, key=len)
+    length = len(backend.tokenizer(longest, add_special_tokens=False)["input_ids"])
+    if length + 32 <= limit:
+        return None
+    return (f"the longest prompt has {length} tokens but {backend.name} reads at most {limit}; its answers will be "
+            "meaningless. For TSP, build the dataset with a smaller candidate pool (icw bench build --pool-size N)")
+
+
 def generate_family(config: RunConfig, backend: Backend, store: ResultStore, family: str,
                     items: Sequence[Item]) -> int:
     """Generate and score the missing positives and negatives of one family; returns how many."""
@@ -311,6 +326,9 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
                 requests.append(Request(record, item.positive_user))
     if not requests:
         return 0
+    warning = context_warning(backend, [r.user for r in requests])
+    if warning:
+        print(f"icw: warning: {family}: {warning}", file=sys.stderr)
     tokenizers: dict[str, Any] = {}
 
     def save(done: list[Request], answers: list[str | None], errors: list[str | None]) -> None:
