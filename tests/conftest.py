@@ -39,3 +39,14 @@ def tiny_qwen(qwen3):
     from icw.models import tiny_random_model
 
     return tiny_random_model("qwen3"), qwen3
+
+
+@pytest.fixture(scope="module")
+def server(tiny_qwen):
+    """URL of icw's OpenAI-compatible server around the tiny model (model name "tiny"), on 127.0.0.1."""
+    from icw.bench.server import serve_in_thread
+
+    model, tok = tiny_qwen
+    srv, url = serve_in_thread(model, tok, "tiny")
+    yield url
+    srv.shutdown()

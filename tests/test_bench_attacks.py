@@ -24,16 +24,6 @@ TEXT = ("Bees collect nectar from flowers and carry it back to the hive. Inside,
         "which they store in wax cells and seal for the winter.")
 
 
-@pytest.fixture(scope="module")
-def server(tiny_qwen):
-    from icw.bench.server import serve_in_thread
-
-    model, tok = tiny_qwen
-    srv, url = serve_in_thread(model, tok, "tiny")
-    yield url
-    srv.shutdown()
-
-
 def test_deletion_removes_thirty_percent_reproducibly():
     attack = make_attack("deletion", seed=3)
     (out,), _ = attack([TEXT])

@@ -23,16 +23,6 @@ from icw.keys import ICWKey
 from icw.processors import logits_processor
 
 
-@pytest.fixture(scope="module")
-def server(tiny_qwen):
-    from icw.bench.server import serve_in_thread
-
-    model, tok = tiny_qwen
-    srv, url = serve_in_thread(model, tok, "tiny")
-    yield url
-    srv.shutdown()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

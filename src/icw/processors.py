@@ -121,87 +121,119 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
     """
 
     family = "sa"
-    max_misses = 3
 
     def __init__(self, keys: ICWKey | str | list, tokenizer: Any, delta: float | None = None) -> None:
         self.keys = _keys(keys, self.family)
         self.delta = DEFAULT_DELTA[self.family] if delta is None else float(delta)
         self.view: VocabularyView = self.keys[0].check_tokenizer(tokenizer)
-        self.secrets = [k.secret_string for k in self.keys]
-        lead, space = self.view.lead_letter, self.view.lead_space
-        # rows 0-25: tokens opening a sentence with that letter; 26-51: the same after [.!?],
-        # where whitespace must come first; 52: no bias.
-        opens = np.zeros((53, self.view.size), dtype=np.float32)
-        for c in range(26):
-            opens[c] = (lead == c) * self.delta
-            opens[26 + c] = ((lead == c) & space) * self.delta
-        self._bias = _BiasCache(opens)
-        self._moves: dict[tuple[SentenceState, int], tuple[SentenceState, str]] = {}
+        self._moves = SentenceMoves(self.view)
+        self._bias = _BiasCache(sa_bias_rows(self.view).astype(np.float32) * self.delta)
         self.reset()
 
     def reset(self) -> None:
         """Forget all rows (a new ``generate`` call starts)."""
-        self.states: list[SentenceState] = []
-        self.targets: list[int] = []
-        self.misses: list[int] = []
-        self.tracked_letters: list[str] = []
-        self._row_key: list[int] = []
+        self.rows: list[AcrosticState] = []
         self._length = -1
 
-    def _move(self, state: SentenceState, token: int) -> tuple[SentenceState, str]:
-        found = self._moves.get((state, token))
-        if found is None:
-            surface = self.view.surfaces[token] if 0 <= token < self.view.size else ""
-            new, letters = advance(state, surface)
-            found = self._moves[(state, token)] = (new, "".join(c for _, c in letters))
-        return found
+    @property
+    def tracked_letters(self) -> list[str]:
+        return [row.letters for row in self.rows]
+
+    @property
+    def targets(self) -> list[int]:
+        return [row.target for row in self.rows]
 
     def _start(self, rows: int) -> None:
         index = _row_index(len(self.keys), rows)
-        self._row_key = [0] * rows if index is None else index.tolist()
-        self.states, self.targets, self.misses = [START] * rows, [0] * rows, [0] * rows
-        self.tracked_letters = [""] * rows
+        keys = [self.keys[0]] * rows if index is None else [self.keys[i] for i in index.tolist()]
+        self.rows = [AcrosticState(key.secret_string, self._moves) for key in keys]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows, length = input_ids.shape
-        if length != self._length + 1 or rows != len(self.states):
+        if length != self._length + 1 or rows != len(self.rows):
             self._start(rows)  # first step of a generation: the whole input is the prompt
         else:
-            for row, token in enumerate(input_ids[:, -1].tolist()):
-                self._observe(row, token)
+            for row, token in zip(self.rows, input_ids[:, -1].tolist(), strict=True):
+                row.observe(token)
         self._length = length
-        choice = []
-        for row, state in enumerate(self.states):
-            secret, tau = self.secrets[self._row_key[row]], self.targets[row]
-            if tau < len(secret) and state.opens_sentence:
-                choice.append(ord(secret[tau]) - 65)
-            elif tau < len(secret) and state.ends_sentence:
-                choice.append(26 + ord(secret[tau]) - 65)
-            else:
-                choice.append(52)
-        return scores + self._bias.get(scores)[torch.tensor(choice, device=scores.device)]
+        choice = torch.tensor([row.bias_row() for row in self.rows], device=scores.device)
+        return scores + self._bias.get(scores)[choice]
 
     def finish(self, sequences: torch.LongTensor) -> list[str]:
         """Observe the tokens generated after the last call (the final one is sampled after
         it) and return ``tracked_letters``."""
-        for row, tokens in enumerate(sequences[:, max(self._length, 0):].tolist()):
+        for row, tokens in zip(self.rows, sequences[:, max(self._length, 0):].tolist(), strict=True):
             for token in tokens:
-                self._observe(row, token)
+                row.observe(token)
         self._length = sequences.shape[1]
         return self.tracked_letters
 
-    def _observe(self, row: int, token: int) -> None:
-        self.states[row], letters = self._move(self.states[row], token)
-        secret = self.secrets[self._row_key[row]]
+
+#: Row of :func:`sa_bias_rows` that adds nothing (the acrostic is inactive).
+SA_NO_BIAS = 52
+
+
+def sa_bias_rows(view: VocabularyView) -> np.ndarray:
+    """``(53, |V|)`` boolean rows of the SA bias: 0-25 tokens opening a sentence with that
+    letter; 26-51 the same restricted to tokens that start with whitespace (right after
+    ``[.!?]`` whitespace must come first); :data:`SA_NO_BIAS` none."""
+    rows = np.zeros((53, view.size), dtype=bool)
+    for c in range(26):
+        rows[c] = view.lead_letter == c
+        rows[26 + c] = rows[c] & view.lead_space
+    return rows
+
+
+class SentenceMoves:
+    """The sentence automaton of :mod:`icw.text` stepped one token at a time: each
+    (state, token) transition is computed once from the token's surface, then memoized."""
+
+    def __init__(self, view: VocabularyView) -> None:
+        self.view = view
+        self._cache: dict[tuple[SentenceState, int], tuple[SentenceState, str]] = {}
+
+    def __call__(self, state: SentenceState, token: int) -> tuple[SentenceState, str]:
+        """The next state and the sentence-initial letters the token completes."""
+        found = self._cache.get((state, token))
+        if found is None:
+            surface = self.view.surfaces[token] if 0 <= token < self.view.size else ""
+            new, letters = advance(state, surface)
+            found = self._cache[(state, token)] = (new, "".join(c for _, c in letters))
+        return found
+
+
+class AcrosticState:
+    """One row of the SA perturbation: automaton state, target index ``tau`` and miss counter
+    ``f``. :meth:`bias_row` is ``Delta_t`` (a row of :func:`sa_bias_rows`) before a token,
+    :meth:`observe` advances past it. Generation (the processor) and teacher forcing (SDLP's
+    replay) share this, so both apply the same ``Delta_t``."""
+
+    max_misses = 3
+
+    def __init__(self, secret: str, moves: SentenceMoves) -> None:
+        self.secret, self.moves = secret.upper(), moves
+        self.state: SentenceState = START
+        self.target = self.misses = 0
+        self.letters = ""
+
+    def bias_row(self) -> int:
+        if self.target < len(self.secret):
+            if self.state.opens_sentence:
+                return ord(self.secret[self.target]) - 65
+            if self.state.ends_sentence:
+                return 26 + ord(self.secret[self.target]) - 65
+        return SA_NO_BIAS
+
+    def observe(self, token: int) -> None:
+        self.state, letters = self.moves(self.state, token)
+        self.letters += letters
         for letter in letters:
-            self.tracked_letters[row] += letter
-            tau = self.targets[row]
-            if tau >= len(secret):
-                continue
-            if letter == secret[tau] or self.misses[row] + 1 >= self.max_misses:
-                self.targets[row], self.misses[row] = tau + 1, 0
+            if self.target >= len(self.secret):
+                break
+            if letter == self.secret[self.target] or self.misses + 1 >= self.max_misses:
+                self.target, self.misses = self.target + 1, 0
             else:
-                self.misses[row] += 1
+                self.misses += 1
 
 
 _PROCESSORS = {"tsp": TokenSetPreferenceLogitsProcessor, "wip": WordInitialPreferenceLogitsProcessor,

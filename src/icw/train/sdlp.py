@@ -38,7 +38,7 @@ from transformers import Trainer, TrainingArguments
 
 from ..generation import chat_prompt
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
-from ..text import START, SentenceState, advance
+from ..processors import AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
 
 #: Training-time perturbation strengths of the reference implementation (synthesis uses 3/3/8).
@@ -137,52 +137,17 @@ def sdlp_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, respon
 
 
 # ------------------------------------------------------------------------- perturbation
-def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView, max_misses: int = 3) -> list[int]:
-    r"""Replay the SA perturbation along a response with teacher forcing.
-
-    Returns, per response position ``t``, which row of :func:`sa_bias_table` is ``Delta_t``:
-    ``c`` (0-25) when ``y_<t`` leaves a sentence open and the target is letter ``c``,
-    ``26 + c`` right after ``[.!?]`` (whitespace must come first), ``-1`` when inactive.
-    This is the state machine of :class:`~icw.processors.SentenceAcrosticLogitsProcessor`
-    (target index ``tau``, miss counter ``f``), run over known tokens instead of sampled ones.
-    """
-    secret = secret.upper()
-    state: SentenceState = START
-    tau = misses = 0
-    moves: dict[tuple[SentenceState, int], tuple[SentenceState, str]] = {}
-    codes: list[int] = []
+def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView) -> list[int]:
+    r"""Replay the SA perturbation along a response with teacher forcing: per position ``t``,
+    the row of :func:`~icw.processors.sa_bias_rows` that is ``Delta_t`` (``SA_NO_BIAS`` when
+    inactive). The state machine is :class:`~icw.processors.AcrosticState`, the one
+    :class:`~icw.processors.SentenceAcrosticLogitsProcessor` runs, here over known tokens."""
+    row = AcrosticState(secret, SentenceMoves(view))
+    codes = []
     for token in response_ids:
-        if tau < len(secret) and state.opens_sentence:
-            codes.append(ord(secret[tau]) - 65)
-        elif tau < len(secret) and state.ends_sentence:
-            codes.append(26 + ord(secret[tau]) - 65)
-        else:
-            codes.append(-1)
-        move = moves.get((state, token))
-        if move is None:
-            surface = view.surfaces[token] if 0 <= token < view.size else ""
-            new, found = advance(state, surface)
-            move = moves[(state, token)] = (new, "".join(c for _, c in found))
-        state, letters = move
-        for letter in letters:
-            if tau >= len(secret):
-                break
-            if letter == secret[tau] or misses + 1 >= max_misses:
-                tau, misses = tau + 1, 0
-            else:
-                misses += 1
+        codes.append(row.bias_row())
+        row.observe(token)
     return codes
-
-
-def sa_bias_table(view: VocabularyView) -> np.ndarray:
-    """``(52, |V|)`` boolean rows of the SA bias: tokens opening a sentence with each letter,
-    then the same restricted to tokens that start with whitespace (used right after ``[.!?]``)."""
-    lead = view.lead_letter
-    table = np.zeros((52, view.size), dtype=bool)
-    for c in range(26):
-        table[c] = lead == c
-        table[26 + c] = (lead == c) & view.lead_space
-    return table
 
 
 # --------------------------------------------------------------------------- tokenization
@@ -278,12 +243,12 @@ class SDLPCollator:
             if family == "sa":
                 if sa_offset is None:
                     if self._sa_table is None:
-                        self._sa_table = self._width(sa_bias_table(self.view))
+                        self._sa_table = self._width(sa_bias_rows(self.view))
                     sa_offset = len(rows)
-                    rows.extend(self._sa_table)
-                    values.extend([cfg.delta("sa")] * 52)
+                    rows.extend(self._sa_table)  # its last row (SA_NO_BIAS) is empty
+                    values.extend([cfg.delta("sa")] * len(self._sa_table))
                 codes = sa_bias_codes(key.secret_string, responses[b], self.view)
-                index[b, : len(codes)] = torch.tensor([0 if c < 0 else sa_offset + c for c in codes])
+                index[b, : len(codes)] = sa_offset + torch.tensor(codes)
             else:
                 rows.append(self._width(green_mask(key, key.check_tokenizer(self.tokenizer))))
                 values.append(cfg.delta(family))
@@ -481,13 +446,8 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
     width = vocab_size or view.size
     collator = SDLPCollator(tokenizer, width)
     if key.family == "sa":
-        table = torch.from_numpy(collator._width(sa_bias_table(view))).float() * delta
-        codes = sa_bias_codes(key.secret_string, response_ids, view)
-        out = torch.zeros(len(codes), width)
-        for t, c in enumerate(codes):
-            if c >= 0:
-                out[t] = table[c]
-        return out
+        table = torch.from_numpy(collator._width(sa_bias_rows(view))).float() * delta
+        return table[torch.tensor(sa_bias_codes(key.secret_string, response_ids, view), dtype=torch.long)]
     mask = torch.from_numpy(collator._width(green_mask(key, view))).float() * delta
     return mask.expand(len(response_ids), -1).clone()
 

@@ -1,0 +1,116 @@
+"""The ``evaluate`` metric classes behind ``metrics/icw_*``.
+
+Each metric folder holds a two-line script that subclasses one of these, so the four metrics
+share one implementation, and a Space published from a folder still runs once ``icw`` is
+installed. The numbers are those of :func:`icw.verify.verify` and
+:func:`icw.detection.detection_report`.
+
+Example:
+    >>> import evaluate
+    >>> from icw.hub import metric_path
+    >>> metric = evaluate.load(metric_path("icw_sa"))  # doctest: +SKIP
+    >>> metric.compute(predictions=["Some text."], keys="icw:sa:seed=1,length=18")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import datasets
+import evaluate
+
+from .hub import PAPER_AUTHORS, PAPER_TITLE, detection_scores, verification_scores
+from .verify import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
+
+CITATION = f"""\
+@article{{liu2026icwsd,
+  title={{{PAPER_TITLE}}},
+  author={{{" and ".join(PAPER_AUTHORS.split(", "))}}},
+  year={{2026}}
+}}
+"""
+
+_FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference", "sa": "Sentence Acrostic"}
+_P_VALUES = {
+    "tsp": "exact, hypergeometric",
+    "wip": "exact, over all random keys with the same number of letters",
+    "sa": f"Monte Carlo over {DEFAULT_NULL_KEYS:,} random secrets (resolution {1 / (DEFAULT_NULL_KEYS + 1):.0e}); "
+          f"z uses {DEFAULT_PERMUTATIONS:,} random permutations of the sentence-initial letters",
+}
+
+_VERIFICATION_KWARGS = """\
+Args:
+    predictions (list of str): the texts to verify.
+    keys (str or list of str): one serialized {family} key (``icw:{family}:...``) for all texts, or one per text.
+    tokenizer (str or tokenizer, optional): the tokenizer the keys were built for; default: the one
+        named in each key (``qwen3``, ``gpt2`` and ``smollm2`` work offline). SA needs none.
+    alpha (float, optional): significance level for ``is_watermarked`` (default 0.01).
+Returns:
+    z_scores, p_values, is_watermarked, num_tokens_scored (one per text), and num_texts, mean_z,
+    median_z, watermarked_fraction, alpha.
+"""
+
+_DETECTION_DESCRIPTION = """\
+Detection quality of a watermark detector: ROC-AUC and the true-positive rate at a fixed
+false-positive rate (default 1%, the paper's TPR@1%FPR), each with a percentile bootstrap
+confidence interval (watermarked and plain scores resampled separately).
+"""
+
+_DETECTION_KWARGS = """\
+Args:
+    predictions (list of float): detector scores, larger = more likely watermarked (e.g. z-scores).
+    references (list of int): 1 for watermarked texts, 0 for plain texts.
+    fpr (float, optional): false-positive rate at which TPR is read (default 0.01).
+    confidence (float, optional): confidence level of the intervals (default 0.95).
+    num_bootstrap (int, optional): bootstrap replicates (default 1000).
+    seed (int, optional): bootstrap seed (default 0).
+Returns:
+    roc_auc, roc_auc_ci, tpr_at_fpr, tpr_at_fpr_ci, fpr, confidence, num_positive, num_negative.
+"""
+
+
+def _verification_description(family: str) -> str:
+    return (f"{_FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
+            f"Statistic: {STATISTICS[family]}. Null hypothesis: {NULL_HYPOTHESES[family]}. "
+            f"p-value: {_P_VALUES[family]}. Returns per-text z-scores (the paper's statistic) and "
+            "p-values, and summary figures.\n")
+
+
+class VerificationMetric(evaluate.Metric):
+    """Verify texts against ICW keys of one family (set ``family`` in the subclass)."""
+
+    family: ClassVar[str]
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_verification_description(self.family),
+            citation=CITATION,
+            inputs_description=_VERIFICATION_KWARGS.format(family=self.family),
+            features=datasets.Features({"predictions": datasets.Value("string")}),
+            reference_urls=["https://huggingface.co/datasets/vblagoje/lfqa"],
+        )
+
+    def _compute(self, predictions: list[str], keys: Any = None, tokenizer: Any = None,
+                 alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
+        return verification_scores(self.family, predictions, keys, tokenizer=tokenizer, alpha=alpha)
+
+
+class DetectionMetric(evaluate.Metric):
+    """ROC-AUC and TPR@FPR with bootstrap confidence intervals."""
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DETECTION_DESCRIPTION,
+            citation=CITATION,
+            inputs_description=_DETECTION_KWARGS,
+            features=datasets.Features({"predictions": datasets.Value("float64"),
+                                        "references": datasets.Value("int32")}),
+            reference_urls=["https://scikit-learn.org/stable/modules/generated/sklearn.metrics.roc_auc_score.html"],
+        )
+
+    def _compute(self, predictions: list[float], references: list[int], fpr: float = 0.01,
+                 confidence: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+        return detection_scores(predictions, references, fpr=fpr, confidence=confidence,
+                                num_bootstrap=num_bootstrap, seed=seed)
