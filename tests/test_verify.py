@@ -91,6 +91,8 @@ def test_sa_statistics():
     assert r.z_score == pytest.approx((5 - r.null_mean) / r.null_sd)
     assert r.permutation_p_value == pytest.approx((np.sum(values >= 5) / len(values) * 1000 + 1) / 1001, abs=0.01)
     assert r.p_value_resolution == pytest.approx(1e-4)
+    # z depends on the text and key only: not on the Monte Carlo size, not on earlier calls
+    assert verify(text, key, num_null_keys=1).z_score == r.z_score == verify(text, key).z_score
 
 
 def test_sa_monte_carlo_p_against_enumeration():
