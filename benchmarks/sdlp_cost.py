@@ -1,14 +1,17 @@
-"""Cost of an SDLP step vs a plain SFT step on the same batch and model (SmolLM2-135M on CPU).
+"""Cost of an SDLP step vs a plain SFT step on the same batch and model (SmolLM2-135M on CPU, or a
+randomly initialised Qwen3-shaped model on a GPU).
 
     .venv/bin/python benchmarks/sdlp_cost.py                 # full fine-tuning and LoRA
     .venv/bin/python benchmarks/sdlp_cost.py --steps 5 --batch-size 8 --response-tokens 120
+    python benchmarks/sdlp_cost.py --device cuda --dtype bfloat16 --model qwen3-1.7b --response-tokens 512
 
 Each (method, mode) runs in its own subprocess so peak memory is not shared: the worker loads
 the model, builds the batch, runs ``--warmup`` steps then ``--steps`` timed steps (forward,
 backward, AdamW step) and reports the median step time and the process's peak resident set
 size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, which on CPU covers torch's tensors;
 tracemalloc would miss them) together with the RSS before the first step, so the table shows
-both the peak and the peak minus that baseline.
+both the peak and the peak minus that baseline. On a GPU the same two figures come from
+``torch.cuda.max_memory_allocated`` and ``torch.cuda.memory_allocated``.
 
 SFT step: cross-entropy on the response tokens of the student sequence (instruction + query +
 response), what trl's SFTTrainer computes with completion-only loss. SDLP step:
@@ -55,14 +58,19 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
     from peft import LoraConfig
 
     from icw import ICWKey
-    from icw.models import load_model
+    from icw.models import QWEN3_SHAPES, load_model, random_model
     from icw.train.sdlp import SDLPCollator, SDLPConfig, SDLPTrainer, tokenize_row
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    model, tok = load_model(args.model)
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    if args.model in QWEN3_SHAPES:
+        model, tok = random_model(args.model, device=args.device, dtype=dtype)
+    else:
+        model, tok = load_model(args.model, dtype=dtype, device=args.device)
     model.train()
-    response_ids = (tok(PARAGRAPH * 4, add_special_tokens=False)["input_ids"])[: args.response_tokens]
+    cuda = args.device.startswith("cuda")
+    response_ids = (tok(PARAGRAPH * 10, add_special_tokens=False)["input_ids"])[: args.response_tokens]
     response = tok.decode(response_ids)
     rows = []
     for i in range(args.batch_size):
@@ -70,11 +78,11 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
         key = ICWKey.create(family, seed=100 + i, tokenizer=tok if family == "wip" else None)
         rows.append({"family": family, "key": key.to_string(), "query": QUERIES[i % len(QUERIES)],
                      "response": response, "label": 1})
-    config = SDLPConfig(output_dir="/tmp/sdlp-cost", report_to="none", use_cpu=True,
+    config = SDLPConfig(output_dir="/tmp/sdlp-cost", report_to="none", use_cpu=not cuda,
                         loss_chunk_size=args.chunk_size, top_k_sa=1000, top_k_wip=0)
     peft_config = LoraConfig(r=16, lora_alpha=32, target_modules="all-linear") if mode == "lora" else None
     features = [{**row, **tokenize_row(row, tok)} for row in rows]
-    batch = SDLPCollator(tok, model.config.vocab_size, config)(features)
+    batch = {k: v.to(args.device) for k, v in SDLPCollator(tok, model.config.vocab_size, config)(features).items()}
     if method in ("sdlp", "both"):  # full fine-tuning: the trainer keeps a frozen teacher copy; LoRA: adapter disabled
         trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(rows), processing_class=tok,
                               peft_config=peft_config)
@@ -111,19 +119,28 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
             for kind in ("sft", "sdlp") if i % 2 == 0 else ("sdlp", "sft"):
                 start = time.perf_counter()
                 step(kind)
+                if cuda:
+                    torch.cuda.synchronize()
                 if i >= args.warmup:
                     times[kind].append(time.perf_counter() - start)
         return {"method": "both", "mode": mode, "sft_median_s": statistics.median(times["sft"]),
                 "sdlp_median_s": statistics.median(times["sdlp"]), "times": times}
-    baseline = _rss_kib()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated() // 1024
+    else:
+        baseline = _rss_kib()
     for _ in range(args.warmup):
         step()
     times = []
     for _ in range(args.steps):
         start = time.perf_counter()
         step()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = torch.cuda.max_memory_allocated() // 1024 if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"method": method, "mode": mode, "median_s": statistics.median(times), "times": times,
             "peak_rss_mib": peak / 1024, "baseline_rss_mib": baseline / 1024,
             "tokens": int(batch["response_mask"].sum()), "trainable": sum(p.numel() for p in params)}
@@ -139,6 +156,8 @@ def main() -> None:
     parser.add_argument("--response-tokens", type=int, default=120)
     parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--interleaved", action="store_true",
                         help="time SFT and SDLP in one process, alternating steps (robust to a busy machine); "
@@ -153,7 +172,8 @@ def main() -> None:
         for method in ("both",) if args.interleaved else ("sft", "sdlp"):
             cmd = [sys.executable, __file__, "--worker", method, mode, "--model", args.model, "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--batch-size", str(args.batch_size), "--response-tokens",
-                   str(args.response_tokens), "--chunk-size", str(args.chunk_size), "--threads", str(args.threads)]
+                   str(args.response_tokens), "--chunk-size", str(args.chunk_size), "--threads", str(args.threads),
+                   "--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if line is None:
@@ -171,10 +191,15 @@ def main() -> None:
             with open(args.json, "w") as f:
                 json.dump([dict(v) for v in results.values()], f, indent=2)
         return
-    print(f"\nSDLP vs SFT on {args.model}, CPU ({args.threads} threads), batch {args.batch_size} x "
+    where = f"CPU ({args.threads} threads)" if args.device == "cpu" else f"{args.device}, {args.dtype or 'default dtype'}"
+    print(f"\nSDLP vs SFT on {args.model}, {where}, batch {args.batch_size} x "
           f"{args.response_tokens} response tokens, median of {args.steps} steps after {args.warmup} warm-up")
-    print("peak memory = peak RSS of the worker process (resource ru_maxrss); 'above base' subtracts the RSS "
-          "measured after loading, before the first step\n")
+    if args.device == "cpu":
+        print("peak memory = peak RSS of the worker process (resource ru_maxrss); 'above base' subtracts the RSS "
+              "measured after loading, before the first step\n")
+    else:
+        print("peak memory = torch.cuda.max_memory_allocated of the worker; 'above base' subtracts the memory "
+              "allocated after loading, before the first step\n")
     print("| mode | SFT s/step | SDLP s/step | time ratio | SFT peak MiB | SDLP peak MiB | peak ratio | "
           "SFT above base | SDLP above base |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miniature replication of the paper's training pipeline on CPU (SmolLM2-135M-Instruct, offline).
+# Miniature replication of the paper's training pipeline (SmolLM2-135M-Instruct, offline; CPU, or a GPU with DEVICE=cuda).
 # Documented experiment, not CI. Steps, per family (default: WIP and SA):
 #   1. split the bundled questions (src/icw/data/questions.jsonl) into held-out test and train queries;
 #   2. synthesize D_cs on the train queries with the logit bias (recipes/synthesize.py);
@@ -11,7 +11,8 @@
 # Usage:  scripts/miniature_replication.sh                # per-row keys (the paper's setting)
 #         FIXED_KEY=1 scripts/miniature_replication.sh    # one key for all rows and for evaluation
 # Knobs (environment): FAMILIES="wip sa", NUM_H1=120, NUM_H0=40, NUM_EVAL=40, MAX_NEW_TOKENS=100,
-#         EPOCHS=2, LR=3e-5, USE_PEFT=false, OUT=runs/miniature. Every step resumes or is skipped when its
+#         EPOCHS=2, LR=3e-5, USE_PEFT=false, OUT=runs/miniature, DEVICE=cpu (or cuda), BATCH=8 (prompts per
+#         generate call in synthesis and evaluation). Every step resumes or is skipped when its
 #         output exists, so an interrupted run can be restarted with the same command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,13 @@ LR=${LR:-3e-5}
 USE_PEFT=${USE_PEFT:-false}
 FIXED_KEY=${FIXED_KEY:-0}
 OUT=${OUT:-runs/miniature}
+DEVICE=${DEVICE:-cpu}
+BATCH=${BATCH:-8}
+if [ "$DEVICE" = cpu ]; then
+  TRAIN=("$ACCELERATE" launch --config_file recipes/accelerate_configs/cpu.yaml recipes/sdlp.py --use_cpu true)
+else
+  TRAIN=("$PY" recipes/sdlp.py --use_cpu false)  # one GPU: a plain process
+fi
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$OUT"
 
@@ -51,18 +59,17 @@ for FAMILY in $FAMILIES; do
   # 2. cold-start data
   "$PY" recipes/synthesize.py --config recipes/configs/smollm2-135m/synthesize.yaml --families "$FAMILY" \
     --queries_file "$OUT/train_queries.txt" --output_dir "$DATA" --num_h1 "$NUM_H1" --num_h0 "$NUM_H0" \
-    --max_new_tokens "$MAX_NEW_TOKENS" "${KEY_ARGS[@]}"
+    --max_new_tokens "$MAX_NEW_TOKENS" --device "$DEVICE" --batch_size "$BATCH" "${KEY_ARGS[@]}"
   # 3. SDLP
   if [ ! -f "$RUN/model.safetensors" ] && [ ! -f "$RUN/adapter_model.safetensors" ]; then
-    "$ACCELERATE" launch --config_file recipes/accelerate_configs/cpu.yaml recipes/sdlp.py \
-      --config recipes/configs/smollm2-135m/sdlp.yaml --dataset_name "$DATA" --output_dir "$RUN" \
+    "${TRAIN[@]}" --config recipes/configs/smollm2-135m/sdlp.yaml --dataset_name "$DATA" --output_dir "$RUN" \
       --num_train_epochs "$EPOCHS" --learning_rate "$LR" --use_peft "$USE_PEFT" \
       --max_response_length $((MAX_NEW_TOKENS + 1)) --save_strategy no
   fi
 done
 
 # 4. evaluation: base vs SDLP on held-out queries and keys
-"$PY" - "$OUT" "$NUM_EVAL" "$MAX_NEW_TOKENS" "$FIXED_KEY" $FAMILIES <<'EOF'
+"$PY" - "$OUT" "$NUM_EVAL" "$MAX_NEW_TOKENS" "$FIXED_KEY" "$DEVICE" "$BATCH" $FAMILIES <<'EOF'
 import json, sys
 from pathlib import Path
 import numpy as np
@@ -74,9 +81,9 @@ from icw.train.synthesis import perplexities
 from icw.verify import verify
 
 out, n, max_new, fixed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-families = sys.argv[5:]
+device, batch, families = sys.argv[5], int(sys.argv[6]), sys.argv[7:]
 queries = (out / "test_queries.txt").read_text().splitlines()[:n]
-base, tok = load_model("smollm2")
+base, tok = load_model("smollm2", device=device)
 table = []
 for family in families:
     # held-out keys: ICWBench's test seeds (0..n-1) never appear in training (seeds >= 1,000,000)
@@ -87,10 +94,10 @@ for family in families:
         if cache.exists():
             rec = json.loads(cache.read_text())
         else:
-            model = base if path == "smollm2" else load_model(path)[0]
-            pos = generate_responses(model, tok, queries, keys, "instruction", max_new_tokens=max_new, batch_size=8,
-                                     progress=f"{family} {name} instructed")
-            neg = generate_responses(model, tok, queries, None, "plain", max_new_tokens=max_new, batch_size=8,
+            model = base if path == "smollm2" else load_model(path, device=device)[0]
+            pos = generate_responses(model, tok, queries, keys, "instruction", max_new_tokens=max_new,
+                                     batch_size=batch, progress=f"{family} {name} instructed")
+            neg = generate_responses(model, tok, queries, None, "plain", max_new_tokens=max_new, batch_size=batch,
                                      progress=f"{family} {name} plain")
             rec = {"pos": pos, "neg": neg,
                    "z_pos": [r.z_score for r in verify(pos, keys, tok, num_null_keys=1)],
