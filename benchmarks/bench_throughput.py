@@ -33,7 +33,7 @@ QUERIES = [
 ]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="model for the transformers backend")
     parser.add_argument("--tiny", action="store_true", help="use a tiny random Qwen3 model instead (smoke runs)")
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--score-repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -107,6 +107,7 @@ def main() -> None:
     print("|---|---:|---:|")
     for family, rate in scoring.items():
         print(f"| {family.upper()} | {rate:.1f} | {rate / rate_b:.0f}x |")
+    return {"batched": rate_b, "one_at_a_time": rate_1, "scoring": scoring}
 
 
 if __name__ == "__main__":

@@ -123,3 +123,76 @@ def test_vllm_bias_mode_on_gpu(smollm2):
     pos = [verify(got[i], keys[i], tok).z_score for i in range(4)]
     neg = [verify(got[10 + i], keys[i], tok).z_score for i in range(4)]
     assert min(pos) > max(neg)
+
+
+class _FlakyEndpoint:
+    """A real HTTP server on 127.0.0.1 that answers chat completions from a script of replies:
+    ``(status, content_type, body)`` in turn, then a valid completion for every later request."""
+
+    def __init__(self, script):
+        import http.server
+        import threading
+
+        self.script, self.calls = list(script), 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, ctype, body):
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "flaky"}]}))
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.calls += 1
+                if outer.script:
+                    self._send(*outer.script.pop(0))
+                    return
+                self._send(200, "application/json", json.dumps({
+                    "id": "x", "object": "chat.completion", "created": 0, "model": "flaky",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "A real answer."}}]}))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+GARBAGE = [(500, "application/json", '{"error": {"message": "overloaded"}}'),
+           (200, "application/json", "{not json"),
+           (200, "text/plain", "<html>proxy error</html>"),
+           (200, "application/json", '{"unexpected": true}')]
+
+
+def test_endpoint_garbage_is_retried_then_reported_clearly(monkeypatch):
+    monkeypatch.setattr("icw.bench.backends.time.sleep", lambda s: None)  # no back-off waits in the test
+    flaky = _FlakyEndpoint(GARBAGE)
+    try:
+        # enough retries: every kind of garbage counts as a failed try and the answer still arrives
+        client = ChatClient(flaky.url, "flaky", retries=len(GARBAGE))
+        assert client.complete("hi") == "A real answer." and flaky.calls == len(GARBAGE) + 1
+        # no retries: each garbage reply is an error that says what the endpoint did, never a crash
+        flaky.script, flaky.calls = list(GARBAGE), 0
+        backend = OpenAIBackend("flaky", flaky.url, retries=0, concurrency=1)
+        got = []
+        requests = [Request(i, f"Question {i}?") for i in range(len(GARBAGE) + 1)]
+        backend.generate(requests, lambda reqs, answers, errors: got.extend(zip(answers, errors, strict=True)))
+    finally:
+        flaky.close()
+    errors = [e for a, e in got if a is None]
+    assert len(got) == len(GARBAGE) + 1 and len(errors) == len(GARBAGE)
+    assert [a for a, e in got if e is None] == ["A real answer."]
+    assert any("HTTP 500" in e for e in errors), errors
+    assert all(e.startswith("flaky at http://127.0.0.1:") for e in errors), errors

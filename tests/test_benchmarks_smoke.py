@@ -76,3 +76,12 @@ def test_processor_overhead_quick(capsys):
     assert all(m["wall"] > 0 and m["cpu"] > 0 and m["inside"] >= 0 for m in speeds.values())
     assert all(speeds[(b, c)]["inside"] > 0 for b in (1, 8) for c in configs[1:])  # the wrapper saw the calls
     assert "SA at batch 8" in printed
+
+
+def test_bench_throughput_tiny(capsys):
+    rates = _load("bench_throughput").main(["--tiny", "--num-queries", "4", "--batch-size", "4",
+                                            "--max-new-tokens", "3", "--repeats", "1", "--score-repeats", "1"])
+    printed = capsys.readouterr().out
+    assert "| transformers, batch 4 |" in printed and "| transformers, one at a time |" in printed
+    assert [r[0] for r in _rows(printed)][-3:] == ["TSP", "WIP", "SA"]
+    assert rates["batched"] > 0 and rates["one_at_a_time"] > 0 and min(rates["scoring"].values()) > 0

@@ -59,7 +59,14 @@ def test_vocab(capsys):
         (["detect", "--key", "icw:nope:seed=1", "FILE"], "unknown ICW family 'nope'"),
         (["detect", "--key", "TSPKEY", "--tokenizer", "gpt2", "FILE"], "built for tokenizer 'qwen3'"),
         (["detect", "--key", "icw:sa:seed=1", "--jsonl", "FILE"], "not JSON"),
-        (["detect", "--key", "icw:sa:seed=1", "MISSING"], "No such file"),
+        (["detect", "--key", "icw:sa:seed=1", "MISSING"], "nope.txt: no such file"),
+        (["detect", "--key", "icw:sa:seed=1", "DIR"], "is a directory"),
+        (["detect", "--key", "icw:sa:seed=1", "--max-chars", "10", "FILE"], "f.txt has 100 characters, more than --max-chars=10"),
+        (["vocab", "--tokenizer", "no-such/tokenizer"], "cannot load tokenizer 'no-such/tokenizer'"),
+        (["vocab", "--tokenizer", "DIR"], "has no tokenizer files"),
+        (["detect", "--key", "TSPKEY", "--tokenizer", "no-such/tokenizer", "FILE"], "use an embedded tokenizer (qwen3, gpt2"),
+        (["detect", "--key", "HUBKEY", "FILE"], "the Hub is offline"),
+        (["key", "new", "--family", "wip", "--seed", "1", "--tokenizer", "no-such/tokenizer"], "a Hub id while online"),
         (["detect", "--key", "icw:sa:seed=1", "BINARY"], "is not UTF-8 text"),
         (["key", "new", "--family", "tsp", "--seed", "1", "--gamma", "2"], "gamma must lie strictly between 0 and 1"),
     ],
@@ -68,10 +75,37 @@ def test_errors_are_one_clear_line(capsys, tmp_path, qwen3, args, message):
     (tmp_path / "f.txt").write_text(TEXT)
     (tmp_path / "bin").write_bytes(b"\xff\xfe\x00binary")
     tsp = ICWKey.create("tsp", seed=1, tokenizer=qwen3).to_string()
-    subst = {"FILE": str(tmp_path / "f.txt"), "MISSING": str(tmp_path / "nope.txt"), "BINARY": str(tmp_path / "bin"), "TSPKEY": tsp}
+    (tmp_path / "dir").mkdir()
+    hub = tsp.replace("tokenizer=qwen3", "tokenizer=no-such/tokenizer")
+    subst = {"FILE": str(tmp_path / "f.txt"), "MISSING": str(tmp_path / "nope.txt"), "BINARY": str(tmp_path / "bin"),
+             "DIR": str(tmp_path / "dir"), "TSPKEY": tsp, "HUBKEY": hub}
     code, out, err = run_cli(capsys, *[subst.get(a, a) for a in args])
     assert code == 2 and out == ""
-    assert err.startswith("icw: error: ") and message in err and "Traceback" not in err
+    assert err.startswith("icw: error: ") and err.count("\n") == 1
+    assert message.lower() in err.lower() and "Traceback" not in err
+
+
+def test_detect_max_chars_names_the_jsonl_line(capsys, tmp_path):
+    f = tmp_path / "t.jsonl"
+    f.write_text(json.dumps({"text": "Short."}) + "\n" + json.dumps({"text": TEXT}) + "\n")
+    code, out, err = run_cli(capsys, "detect", "--key", "icw:sa:seed=1", "--jsonl", "--max-chars", "50", str(f))
+    assert code == 2 and out == "" and f"{f}:2 has {len(TEXT)} characters" in err and "--max-chars" in err
+    code, out, _ = run_cli(capsys, "detect", "--key", "icw:sa:seed=1", "--jsonl", "--max-chars", str(len(TEXT)), str(f))
+    assert code == 0 and len(out.splitlines()) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["detect", "--key", "icw:sa:seed=1", "--max-chars", "0", str(f)])
+    assert exc.value.code == 2 and "positive whole number" in capsys.readouterr().err
+
+
+def test_detect_jsonl_with_lone_surrogate(capsys, tmp_path, qwen3):
+    f = tmp_path / "s.jsonl"
+    f.write_text('{"text": "Rain falls \\ud800 today. Water flows."}\n')
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=1, tokenizer=qwen3 if family != "sa" else None)
+        code, out, _ = run_cli(capsys, "detect", "--key", key.to_string(), "--jsonl", "--highlights", str(f))
+        row = json.loads(out)
+        expected = verify("Rain falls \ufffd today. Water flows.", key, qwen3)
+        assert code == 0 and row["z_score"] == expected.z_score and row["p_value"] == expected.p_value
 
 
 def test_installed_entry_point(tmp_path):

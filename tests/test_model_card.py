@@ -91,3 +91,14 @@ def test_bad_results_give_clear_errors(tmp_path, capsys):
         model_card({**RESULTS, "adapter": "peft/lora"})
     with pytest.raises(ValueError, match="'model' field"):
         eval_results_files({"families": {"sa": {"auc": 0.5}}})
+
+
+def test_a_run_on_a_local_dataset_folder_cites_the_hub_dataset(tmp_path):
+    local = tmp_path / "icwbench"
+    local.mkdir()
+    card = model_card({**RESULTS, "dataset": str(local)})
+    assert card.data.datasets == ["icw/ICWBench"]
+    assert {r.dataset_type for r in card.data.eval_results} == {"icw/ICWBench"}
+    files = eval_results_files({**RESULTS, "dataset": "./icwbench"})
+    assert {e["dataset"]["id"] for entries in files.values() for e in entries} == {"icw/ICWBench"}
+    assert model_card(RESULTS, dataset_id="other-org/Bench").data.datasets == ["other-org/Bench"]

@@ -15,13 +15,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_space import TOKENS, launch_space
+from test_space import launch_space
 
 CHROMIUM = os.environ.get("ICW_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# long enough that the screenshot tells plain from watermarked at a glance (16-token answers are noise)
+TOKENS = 64
 if not Path(CHROMIUM).exists():
     pytest.skip(f"Chromium not found at {CHROMIUM}: apt-get install -y chromium chromium-driver "
                 "(or set ICW_CHROMIUM) to run the browser test", allow_module_level=True)
@@ -75,6 +77,12 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
     # the random-key button changes the seed, and with it the key string
     page.locator("#icw-random-key").click()
     page.wait_for_function(f"() => document.querySelector('#icw-key textarea').value !== {key!r}", timeout=30_000)
+    # then a fixed seed, so the answers (sampled with the key's seed) and the screenshot are reproducible
+    seed = page.locator("#icw-seed input")
+    seed.fill("7")
+    seed.press("Enter")
+    page.wait_for_function("() => document.querySelector('#icw-key textarea').value.startsWith('icw:wip:seed=7,')",
+                           timeout=30_000)
 
     page.locator("#icw-query textarea").fill("Why is the sky blue?")
     tokens = page.locator("#icw-max-new-tokens input[type=number]")
@@ -102,6 +110,9 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
         assert "green initial" in legend and "red initial" in legend and "green token" not in legend
     assert "Done" in page.locator("#icw-status").inner_text()
     assert "Traceback" not in page.content()
+    z = {mode: float(re.search(r"z = (-?\d+\.\d\d)", page.locator(f"#icw-verdict-{mode}").inner_text()).group(1))
+         for mode in ("plain", "instruction", "bias")}
+    assert z["bias"] > z["plain"] + 1, z  # what a newcomer should see: the logit-biased answer stands out
 
     # answer 3 goes to the Detect tab with its key; detecting it there gives the same z
     bias_z = re.search(r"z = (-?\d+\.\d\d)", page.locator("#icw-verdict-bias").inner_text()).group(1)

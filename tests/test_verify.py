@@ -152,13 +152,41 @@ def test_texts_with_nothing_to_score(text, qwen3):
 
 def test_mostly_non_english_text_is_flagged(qwen3):
     text = "Le ciel est bleu. " + "这是一个完全用中文写成的句子。" * 10
-    assert "non-English" in verify(text, ICWKey.create("wip", seed=1, tokenizer=qwen3), qwen3).note
+    note = verify(text, ICWKey.create("wip", seed=1, tokenizer=qwen3), qwen3).note
+    assert "non-English" in note and "only its English" in note
+
+
+@pytest.mark.parametrize("text", ["这是一个完全用中文写成的句子。这是第二句。", "Это предложение написано по-русски. Ещё одно."])
+def test_non_english_only_text_says_nothing_was_scored(text, qwen3):
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=1, tokenizer=qwen3 if family != "sa" else None)
+        r = verify(text, key, qwen3)
+        assert (r.num_tokens_scored, r.z_score, r.p_value) == (0, 0.0, 1.0)
+        assert "nothing was scored" in r.note and "non-English" in r.note and "only its English" not in r.note
+
+
+@pytest.mark.parametrize("surrogate", ["\ud800", "\udfff", "\ud83d\ude00"])
+def test_lone_surrogates_score_like_the_replacement_character(surrogate, qwen3):
+    text = f"The committee met {surrogate} on Tuesday. Members raised concerns{surrogate}. A decision is expected."
+    clean = text.replace(surrogate, "\ufffd" * len(surrogate))
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=1, tokenizer=qwen3 if family != "sa" else None)
+        got, expected = verify(text, key, qwen3, highlights=True), verify(clean, key, qwen3, highlights=True)
+        assert got.to_dict() == expected.to_dict() and got.num_tokens_scored > 0
+        assert [(h.start, h.end) for h in got.highlights] == [(h.start, h.end) for h in expected.highlights]
 
 
 def test_bad_inputs(qwen3, gpt2):
     key = ICWKey.create("tsp", seed=1, tokenizer=qwen3)
-    with pytest.raises(TextTooLongError, match="raise max_chars"):
-        verify("word " * 220_000, key, qwen3)
+    with pytest.raises(TextTooLongError, match=r"text 1 has 1,100,000 characters.*max_chars=.*--max-chars") as exc:
+        verify(["fine", "word " * 220_000], key, qwen3)
+    assert (exc.value.index, exc.value.length, exc.value.max_chars) == (1, 1_100_000, 100_000)
+    assert verify("word " * 30, key, qwen3, max_chars=150).num_tokens_scored > 0
+    with pytest.raises(TextTooLongError):
+        verify("word " * 30, key, qwen3, max_chars=149)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="max_chars must be a positive integer"):
+            verify("Some text.", key, qwen3, max_chars=bad)
     with pytest.raises(TypeError, match="bytes"):
         verify(b"binary \xff\xfe junk", key, qwen3)
     with pytest.raises(TypeError, match="text 1 is a int"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
-from .verify import DEFAULT_ALPHA, TextTooLongError, verify
+from .verify import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
 
 #: Modules that add sub-commands (bench, train, ...); missing optional extras are skipped.
 _COMMAND_MODULES = ("icw.demo", "icw.bench.cli", "icw.train.cli", "icw.hub")
@@ -38,10 +38,31 @@ def _key_new(args: argparse.Namespace) -> None:
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
+    return number
+
+
+def _read_file(source: str) -> bytes:
+    try:
+        return Path(source).read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{source}: no such file (pass text files, or - for standard input)") from None
+    except IsADirectoryError:
+        raise ValueError(f"{source} is a directory: pass the text files in it (e.g. {source}/*.txt)") from None
+    except OSError as err:
+        raise ValueError(f"cannot read {source}: {err.strerror or err}") from None
+
+
 def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
     sources = args.files or ["-"]
     for source in sources:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+        raw = sys.stdin.buffer.read() if source == "-" else _read_file(source)
         try:
             content = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -67,7 +88,15 @@ def _detect(args: argparse.Namespace) -> None:
     items = list(_read_texts(args))
     if not items:
         raise ValueError("no texts given: pass files, or JSON Lines with --jsonl, or text on standard input")
-    results = verify([t for _, t in items], key, tokenizer, alpha=args.alpha, highlights=args.highlights)
+    try:
+        results = verify([t for _, t in items], key, tokenizer, alpha=args.alpha, highlights=args.highlights,
+                         max_chars=args.max_chars)
+    except TextTooLongError as err:
+        source = items[err.index][0] if 0 <= err.index < len(items) else "a text"
+        name = "standard input" if source == "-" else source
+        raise TextTooLongError(f"{name} has {err.length:,} characters, more than --max-chars={err.max_chars:,}. "
+                               "Split it into passages (e.g. one per JSON Lines record with --jsonl), "
+                               "or raise --max-chars.", err.index, err.length, err.max_chars) from None
     for (source, _), result in zip(items, results, strict=True):
         row = {"source": source, **result.to_dict()}
         if result.note:
@@ -102,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
     det.add_argument("--tokenizer", help="override the key's tokenizer name")
     det.add_argument("--highlights", action="store_true", help="include the counted spans")
+    det.add_argument("--max-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
+                     help=f"refuse texts longer than N characters (default {DEFAULT_MAX_CHARS:,})")
     det.add_argument("files", nargs="*", help="text files (default: standard input)")
     det.set_defaults(func=_detect)
 

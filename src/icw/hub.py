@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -256,12 +257,25 @@ def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _dataset_id(results: dict[str, Any], dataset_id: str | None = None) -> str:
+    """The Hub dataset the card cites: ``dataset_id``, else the run's dataset when it is a Hub id
+    (a run on a local folder, e.g. ``/tmp/icwbench``, cites the default ICWBench id instead)."""
+    if dataset_id:
+        return dataset_id
+    used = str(results.get("dataset") or "")
+    is_hub_id = _HUB_ID.fullmatch(used) is not None and not Path(used).expanduser().exists()
+    return used if is_hub_id else DEFAULT_DATASET_ID
+
+
 def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> list[Any]:
     """The ``model-index`` entries (:class:`huggingface_hub.EvalResult`) of ICWBench results."""
     from huggingface_hub import EvalResult
 
     results = _load_results(results)
-    dataset_id = dataset_id or results.get("dataset") or DEFAULT_DATASET_ID
+    dataset_id = _dataset_id(results, dataset_id)
     out = []
     for family, stats in results["families"].items():
         for field, metric_type, label in _METRICS_IN_CARD:
@@ -303,7 +317,7 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
     adapter = adapter or results.get("adapter")
     if adapter and not base_model:
         raise ValueError("an adapter card needs --base-model (the model the adapter was trained on)")
-    dataset_id = dataset_id or results.get("dataset") or DEFAULT_DATASET_ID
+    dataset_id = _dataset_id(results, dataset_id)
     model_id = model_id or results["model"]
     tags = ["icw", "watermarking", "in-context-watermarking", "text-generation"]
     if adapter:
@@ -338,7 +352,7 @@ def eval_results_files(results: dict | str | Path, dataset_id: str | None = None
                        source_url: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """The Hub's ``.eval_results/<name>.yaml`` entries, one file per ICWBench metric."""
     results = _load_results(results)
-    dataset_id = dataset_id or results.get("dataset") or DEFAULT_DATASET_ID
+    dataset_id = _dataset_id(results, dataset_id)
     today = _dt.date.today().isoformat()
     files: dict[str, list[dict[str, Any]]] = {}
     for field, metric_type, label in _METRICS_IN_CARD:

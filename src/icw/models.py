@@ -89,7 +89,27 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
         return _tag(tok, "gpt2")
     if name == "smollm2":
         return _tag(AutoTokenizer.from_pretrained(str(smollm2_path())), "smollm2")
-    return AutoTokenizer.from_pretrained(name)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as err:  # not cached by lru_cache: a later call (e.g. online) retries
+        raise MissingAssetError(f"cannot load tokenizer {name!r}: {_load_failure(name, err, 'tokenizer')}. "
+                                f"Use an embedded tokenizer ({', '.join(EMBEDDED_TOKENIZERS)}), a local folder "
+                                "with tokenizer files, or a Hub id while online.") from None
+
+
+def _load_failure(name: str, err: Exception, what: str) -> str:
+    """Why ``from_pretrained(name)`` failed, in one line."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return f"the folder {path} has no {what} files that transformers can load"
+    if path.exists():
+        return f"{path} is a file, not a folder"
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "it is neither an embedded name nor an existing folder, and the Hub is offline (HF_HUB_OFFLINE=1)"
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return (lines[0] if lines else type(err).__name__).rstrip(".")
 
 
 def smollm2_path() -> Path:
@@ -137,9 +157,9 @@ def load_model(name: str = DEFAULT_MODEL, dtype: Any = None, device: str | None 
     kwargs = {"dtype": dtype} if dtype is not None else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as err:
-        raise MissingAssetError(f"cannot load model {name!r}: {err}. Use 'smollm2' (embedded), a local folder, "
-                                "or a Hub id while online.") from None
+    except (OSError, ValueError) as err:
+        raise MissingAssetError(f"cannot load model {name!r}: {_load_failure(path, err, 'model')}. "
+                                "Use 'smollm2' (embedded), a local folder, or a Hub id while online.") from None
     if device:
         model = model.to(device)
     model.eval()

@@ -60,12 +60,20 @@ NULL_HYPOTHESES = {
 }
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_EMPTY_NOTE = "empty text: nothing to score"
+_NON_ENGLISH_NOTE = "mostly non-English text: only its English (ASCII) part is scored, so the test has little power"
 _LABELS = {"tsp": ("green token", "other token"), "wip": ("green initial", "red initial"),
            "sa": ("matched initial", "unmatched initial")}
 
 
 class TextTooLongError(ValueError):
-    """A text exceeds the verifier's character limit."""
+    """A text exceeds the verifier's character limit; ``index``, ``length`` and ``max_chars`` say which
+    text of the batch, how long it is and what the limit was."""
+
+    def __init__(self, message: str, index: int = 0, length: int = 0, max_chars: int = 0) -> None:
+        super().__init__(message)
+        self.index, self.length, self.max_chars = index, length, max_chars
 
 
 @dataclass
@@ -275,6 +283,11 @@ def _rng(*parts: Any) -> np.random.Generator:
 
 # -------------------------------------------------------------------------- helpers
 def _check_texts(texts: Any, max_chars: int) -> list[str]:
+    """Validate the texts and return them as a list, with lone surrogates (unencodable code points,
+    e.g. from a JSON ``"\\ud800"`` escape) replaced by U+FFFD: they are never English, so the scores are
+    unchanged, and every family then sees the same text (character offsets are kept)."""
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
     if isinstance(texts, (str, bytes)):
         texts = [texts]
     try:
@@ -290,21 +303,22 @@ def _check_texts(texts: Any, max_chars: int) -> list[str]:
             raise TypeError(f"text {i} is a {type(t).__name__}, not a str")
         if len(t) > max_chars:
             raise TextTooLongError(
-                f"text {i} has {len(t):,} characters, more than max_chars={max_chars:,}. "
-                "Verify it in passages (e.g. per answer or per page), or raise max_chars."
+                f"text {i} has {len(t):,} characters, more than max_chars={max_chars:,}. Verify it in passages "
+                "(e.g. per answer or per page), or raise the limit (max_chars= in verify, --max-chars in icw detect).",
+                index=i, length=len(t), max_chars=max_chars,
             )
-    return texts
+    return [t if t.isascii() or not _SURROGATE.search(t) else _SURROGATE.sub("\ufffd", t) for t in texts]
 
 
 def _text_note(text: str) -> str | None:
     if not text.strip():
-        return "empty text: nothing to score"
+        return _EMPTY_NOTE
     if text.isascii():
         return None
     ascii_letters = len(_ASCII_LETTER.findall(text))
     other_letters = sum(c.isalpha() for c in "".join(_NON_ASCII.findall(text)))
     if other_letters > ascii_letters:
-        return "mostly non-English text: only its English (ASCII) part is scored, so the test has little power"
+        return _NON_ENGLISH_NOTE
     return None
 
 
@@ -318,7 +332,12 @@ def _resolve_view(key: ICWKey, tokenizer: Any) -> tuple[Any, VocabularyView]:
 
 def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean: float, sd: float,
             p0: float | None, method: str, note: str | None, **extra: Any) -> VerificationResult:
-    if note is None and n == 0:
+    if n == 0 and note == _NON_ENGLISH_NOTE:
+        note = {"tsp": "non-English text: nothing was scored, as the text has no English tokens",
+                "wip": "non-English text: nothing was scored, as the text has no English words",
+                "sa": "non-English text: nothing was scored, as no sentence starts with an English letter",
+                }[key.family]
+    elif note is None and n == 0:
         note = {"tsp": "no English tokens to score", "wip": "no word-initial English tokens to score",
                 "sa": "no sentence start found"}[key.family]
     elif note is None and n < SMALL_SAMPLE:

@@ -176,10 +176,14 @@ class ChatClient:
         for attempt in range(self.retries + 1):
             try:
                 out = self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
-                text = (out.choices[0].message.content or "") if out.choices else ""
-                if text.strip():
-                    return text.strip()
-                last = "the endpoint returned an empty answer"
+                choices = getattr(out, "choices", None)
+                if choices is None:  # e.g. a proxy's HTML page served as text: the client hands back a str
+                    last = f"the endpoint did not return a chat completion: {str(out)[:200]!r}"
+                else:
+                    text = (choices[0].message.content or "") if choices else ""
+                    if text.strip():
+                        return text.strip()
+                    last = "the endpoint returned an empty answer"
             except self._openai.APIConnectionError as err:
                 last = f"connection error: {err}"
             except self._openai.APIStatusError as err:
