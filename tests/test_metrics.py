@@ -131,6 +131,25 @@ def test_detection_intervals_cover_the_truth(loaded):
     assert 0.05 < np.mean(widths) < 0.4  # informative intervals, neither degenerate nor trivially wide
 
 
+def test_tpr_intervals_cover_the_truth():
+    """Simulation for TPR@FPR: scores N(mu, 1) vs N(0, 1) at FPR 10%, true TPR = 1 - Phi(z_0.9 - mu)."""
+    from scipy.stats import norm
+
+    from icw.detection import detection_report
+
+    mu, reps, n = 1.5, 40, 60
+    truth = float(1 - norm.cdf(norm.ppf(0.9) - mu))
+    rng = np.random.default_rng(7)
+    covered, widths = 0, []
+    for r in range(reps):
+        rep = detection_report(rng.normal(mu, 1, n), rng.normal(0, 1, n), fpr=0.1, num_bootstrap=200, seed=r)
+        lo, hi = rep.tpr_ci
+        covered += lo <= truth <= hi
+        widths.append(hi - lo)
+    assert covered / reps >= 0.8, f"coverage {covered}/{reps}"
+    assert 0.1 < np.mean(widths) < 0.7
+
+
 def test_metric_modules_follow_evaluate_rules():
     """One import per line (evaluate's dependency scanner misreads `import a, b`) and a Space README."""
     import yaml
