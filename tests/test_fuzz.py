@@ -20,9 +20,11 @@ from icw.vocab import NON_ASCII, vocabulary
 FUZZ = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
-# Fragments that drive the automaton through its states: fences, inline code, tags,
-# terminals with closers, line starts with markup, non-ASCII letters and spaces.
-FRAGMENTS = ["```", "`", "``", "\n", " ", "\t", ". ", "! ", "? ", ".\" ", ")* ", "<", ">", "</b>", "<!-- ", "# ",
+# Fragments that drive the automaton through its states: fences (backtick and tilde), inline
+# code, tags, comments, script/style elements, terminals with closers, line starts with markup,
+# non-ASCII letters and spaces.
+FRAGMENTS = ["```", "`", "``", "~~~", "~", "\n", " ", "\t", ". ", "! ", "? ", ".\" ", ")* ", "<", ">", "</b>", "<!--",
+             "<!-- ", "-", "--", "-->", "<script>", "</script>", "<SCRIPT ", "<style>", "</Style", "<sc", "ript", "# ",
              "- ", "1. ", "> ", "**", "_", "Hello", "world", "x", "Q", "é", "Ünïcode", "\u00a0", "\u2028", "日本", "😀",
              "\x80", "\r\n", "<3 ", "a.b", "...", "?!"]
 markdownish = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)

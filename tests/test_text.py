@@ -21,6 +21,17 @@ from icw.text import START, advance, sentence_initial_spans, sentence_initials
         ("", ""),
         ("   \n\n  ", ""),
         ("... and then? nothing", "AN"),
+        ("Intro.\n~~~\nNot. This\n~~~\nAfter.", "IA"),  # tilde fences
+        ("~~~\n```\nNot.\n~~~\nYes", "Y"),  # a fence closes only with its own character
+        ("```\n~~~\nNot.\n```\nYes", "Y"),
+        ("~~strike~~ text. ~ok", "SO"),  # fewer than three tildes are text
+        ("<!-- a > b. Zed. --> Real text.", "R"),  # comments end at "-->", not ">"
+        ("Text <!-- multi\nline. Zed --> continues. Here", "TH"),  # ... and may span lines
+        ("<!-->Yes. <!--->Too", "YT"),  # empty comments
+        ("A. <script>var x = 1; Bad. Worse</script> Next.", "AN"),
+        ("<STYLE type=x>\np {} Qq.\n</Style >\nLast", "L"),  # any case, across lines
+        ("<script>a</scriptx> No. </script>Yes", "Y"),  # only the exact end tag closes
+        ("A <scripts>Bee. Cee", "AC"),  # not a script element: an ordinary tag
     ],
 )
 def test_extractor(text, expected):
@@ -39,3 +50,20 @@ def test_streaming_equals_whole_text():
         state, first = advance(START, text[:cut])
         _, second = advance(state, text[cut:], cut)
         assert "".join(c for _, c in first + second) == sentence_initials(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Intro.\n~~~\nNot. This\n~~~\nAfter. ~~ x\n  ~~~py\n``` No.\n ~~~ \nYes",
+        "<!-- a > b. Zed. --> Real text. <!--> Ok <!--- x --->\n<!-- y\n-- z -->End.",
+        "Go. <script src=x>\nif (a < b) { Bad. }</scr </script\n>\n<style>Pp.</STYLE> Last <stylex>q",
+    ],
+)
+def test_streaming_equals_whole_text_for_raw_html_and_tilde_fences(text):
+    whole_state, whole = advance(START, text)
+    for cut in range(len(text) + 1):
+        state, first = advance(START, text[:cut])
+        end_state, second = advance(state, text[cut:], cut)
+        assert first + second == whole
+        assert end_state == whole_state
