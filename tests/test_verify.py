@@ -1,6 +1,7 @@
 import itertools
 import math
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -59,6 +60,19 @@ def test_wip_exact_null_against_brute_force():
         sums = np.array([counts[list(c)].sum() for c in itertools.combinations(range(26), k)])
         for x in range(0, int(sums.max()) + 2):
             assert wip_key_null_sf(counts, k, x) == pytest.approx((sums >= x).mean(), abs=1e-12)
+
+
+@pytest.mark.parametrize("budget", [1 << 22, 1 << 12], ids=["one-chunk", "many-chunks"])
+def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
+    monkeypatch.setattr(sys.modules["icw.verify"], "_DP_BUDGET", budget)  # icw.verify is also the function
+    rng = np.random.default_rng(2)
+    counts = rng.integers(0, 9, size=(40, 26)) * rng.integers(1, 4, size=(40, 1))  # texts of unequal length
+    counts[3] = 0  # a text with nothing scored
+    letters, x = rng.integers(1, 26, size=40), rng.integers(-1, 200, size=40)
+    batched = wip_key_null_sf(counts, letters, x)
+    assert batched.shape == (40,)
+    for b in range(40):
+        assert batched[b] == pytest.approx(wip_key_null_sf(counts[b], int(letters[b]), int(x[b])), abs=1e-12)
 
 
 def test_wip_result_against_brute_force(qwen3):

@@ -192,8 +192,10 @@ class ICWKey:
         self._need("wip")
         if self.letters is not None:
             return self.letters
-        idx = _smallest(_raw("wip", self.seed, 26), self.num_letters)
-        return "".join(sorted(ALPHABET[i] for i in idx))
+        if "L" not in self._cache:  # read per text by the verifier: draw it once
+            idx = _smallest(_raw("wip", self.seed, 26), self.num_letters)
+            self._cache["L"] = "".join(sorted(ALPHABET[i] for i in idx))
+        return self._cache["L"]
 
     @property
     def red_letters(self) -> str:
@@ -207,8 +209,9 @@ class ICWKey:
         self._need("sa")
         if self.secret is not None:
             return self.secret
-        raw = _raw("sa", self.seed, self.length)
-        return "".join(SA_POOL[int(r % len(SA_POOL))] for r in raw)
+        if "S" not in self._cache:
+            self._cache["S"] = "".join(SA_POOL[int(r % len(SA_POOL))] for r in _raw("sa", self.seed, self.length))
+        return self._cache["S"]
 
     def check_tokenizer(self, tokenizer: Any) -> VocabularyView:
         """Return the tokenizer's vocabulary view, or raise if the key was built for another."""

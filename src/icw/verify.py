@@ -130,17 +130,56 @@ def z_statistic(x: int, n: int, p0: float) -> float:
     return 0.0 if n == 0 else (x - n * p0) / math.sqrt(n * p0 * (1.0 - p0))
 
 
-def wip_key_null_sf(counts: np.ndarray, num_letters: int, x: int) -> float:
+def wip_key_null_sf(counts: np.ndarray, num_letters: int | np.ndarray, x: int | np.ndarray) -> float | np.ndarray:
     """``P(X' >= x)`` where ``X'`` sums the letter counts of a uniformly random
-    ``num_letters``-subset of the 26 letters (exact, by dynamic programming)."""
+    ``num_letters``-subset of the 26 letters (exact, by dynamic programming).
+
+    ``counts`` is ``(26,)`` for one text (returns a float) or ``(B, 26)`` for a batch, with
+    ``num_letters`` and ``x`` scalars or ``(B,)``: texts of similar length share one 26-step
+    knapsack, in chunks whose tables stay under ``_DP_BUDGET`` floats.
+    """
     counts = np.asarray(counts, dtype=np.int64)
-    n = int(counts.sum())
-    ways = np.zeros((num_letters + 1, n + 1))
-    ways[0, 0] = 1.0
-    for c in counts:  # 0/1 knapsack over letters: the right-hand side uses the previous table
-        ways[1:, c:] = ways[1:, c:] + ways[:-1, : n + 1 - c]
-    dist = ways[num_letters]
-    return float(dist[max(x, 0):].sum() / dist.sum())
+    single = counts.ndim == 1
+    counts = np.atleast_2d(counts)
+    batch = len(counts)
+    letters = np.broadcast_to(np.asarray(num_letters, dtype=np.int64), (batch,))
+    x = np.broadcast_to(np.asarray(x, dtype=np.int64), (batch,))
+    # Only sums below x matter: P(X' >= x) = 1 - #{subsets with sum < x} / C(26, |L|), and every
+    # count is an integer below 2**53, so the subtraction is exact.
+    widths = np.minimum(np.maximum(x, 0), counts.sum(1) + 1)
+    order = np.argsort(widths, kind="stable")  # similar widths together: little padding
+    out = np.empty(batch)
+    start = 0
+    while start < batch:
+        stop = start + 1
+        while stop < batch and (stop + 1 - start) * 27 * (2 * int(widths[order[stop]]) + 1) <= _DP_BUDGET:
+            stop += 1
+        rows = order[start:stop]
+        out[rows] = _key_null_tails(counts[rows], letters[rows], widths[rows])
+        start = stop
+    return float(out[0]) if single else out
+
+
+_DP_BUDGET = 1 << 22
+
+
+def _key_null_tails(counts: np.ndarray, letters: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``P(X' >= x)`` per text, for ``0 <= x <= n + 1``."""
+    total = np.array([math.comb(26, int(k)) for k in letters], dtype=np.float64)
+    width = int(x.max())
+    if width == 0:
+        return np.ones(len(counts))
+    pad = min(int(counts.max()), width)
+    # ways[b, l, pad + s]: l-letter subsets of the letters seen so far whose counts sum to s < width;
+    # the left padding of zeros lets every text shift by its own count through one window view
+    ways = np.zeros((len(counts), int(letters.max()) + 1, pad + width))
+    ways[:, 0, pad] = 1.0
+    rows = np.arange(len(counts))
+    for c in np.minimum(counts, pad).T:  # a count >= width moves every sum past the window
+        windows = np.lib.stride_tricks.sliding_window_view(ways[:, :-1, :], width, axis=2)
+        ways[:, 1:, pad:] += windows[rows, :, pad - c]
+    below = np.where(np.arange(width)[None, :] < x[:, None], ways[rows, letters, pad:], 0.0).sum(1)
+    return (total - below) / total
 
 
 def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -353,8 +392,8 @@ def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean:
 # ------------------------------------------------------------------- per-family scoring
 def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
                         text: str, alpha: float) -> tuple[VerificationResult, tuple[int, int, int, int] | None]:
-    """Score one text; for TSP the p-value is left to the caller, who computes the
-    hypergeometric tails of a whole batch in one call (returned as ``(x, |P|, |T|, n)``)."""
+    """Score one text; the exact p-value is left to the caller, who computes the tails of a whole
+    batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, |L|, x)`` (WIP)."""
     scored, green = scored_mask(key, view), green_mask(key, view)
     arr = np.asarray(ids, dtype=np.int64)
     arr = arr[(arr >= 0) & (arr < view.size)]
@@ -371,7 +410,7 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
         letters = [ord(c) - 65 for c in key.green_letters]
         p0 = float(view.letter_fractions[letters].sum())
         counts = np.bincount(view.word_letter[unique].astype(np.int64), minlength=26)
-        p, tail = (wip_key_null_sf(counts, key.num_letters, x) if n else 1.0), None
+        p, tail = float("nan"), (counts, key.num_letters, x)
         method = f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys"
     highlights = None
     if offsets is not None:
@@ -460,18 +499,23 @@ def verify(
         groups.setdefault(id(tok), (tok, view, []))[2].append(i)
     for tok, view, idx in groups.values():
         enc = tok([texts[i] for i in idx], add_special_tokens=False, return_offsets_mapping=highlights)
-        tails = {}
+        tails: dict[str, dict[int, tuple]] = {"tsp": {}, "wip": {}}
         for j, i in enumerate(idx):
             offsets = enc["offset_mapping"][j] if highlights else None
-            results[i], tail = _score_token_family(keys[i], view, enc["input_ids"][j], offsets, texts[i], alpha)
-            if tail is not None:
-                tails[i] = tail
-        if tails:  # one vectorized call: scipy's per-call overhead dominates a single tail
-            x, pool, size, n = np.array(list(tails.values())).T
-            p_values = np.where(n > 0, hypergeom_tails(x, pool, size, n), 1.0)
-            for i, p in zip(tails, p_values, strict=True):
-                results[i].p_value = min(float(p), 1.0)
-                results[i].is_watermarked = results[i].p_value <= alpha
+            results[i], tails[keys[i].family][i] = _score_token_family(keys[i], view, enc["input_ids"][j], offsets,
+                                                                       texts[i], alpha)
+        # exact p-values in one vectorized call per family: per-text calls dominated batch verification
+        p_values: dict[int, float] = {}
+        if tails["tsp"]:
+            x, pool, size, n = np.array(list(tails["tsp"].values())).T
+            p_values.update(zip(tails["tsp"], np.where(n > 0, hypergeom_tails(x, pool, size, n), 1.0), strict=True))
+        if tails["wip"]:
+            counts, letters, x = (np.array(v) for v in zip(*tails["wip"].values(), strict=True))
+            scored = counts.sum(1) > 0
+            p_values.update(zip(tails["wip"], np.where(scored, wip_key_null_sf(counts, letters, x), 1.0), strict=True))
+        for i, p in p_values.items():
+            results[i].p_value = min(float(p), 1.0)
+            results[i].is_watermarked = results[i].p_value <= alpha
     return results[0] if single else results
 
 
