@@ -114,3 +114,17 @@ def test_as_keys():
     assert len(as_keys("icw:sa:seed=1,length=18", 3)) == 3
     with pytest.raises(ValueError, match="got 2 keys for 3 texts"):
         as_keys(["icw:sa:seed=1", "icw:sa:seed=2"], 3)
+
+
+def test_a_parameter_of_another_family_is_an_error_not_ignored(gpt2, capsys):
+    with pytest.raises(ICWKeyError, match="gamma is a TSP key parameter, not a SA one"):
+        ICWKey.from_string("icw:sa:seed=1,gamma=0.5")
+    with pytest.raises(ICWKeyError, match="pool_size is a TSP key parameter, not a WIP one"):
+        ICWKey.create("wip", seed=1, tokenizer=gpt2, pool_size=5)
+    with pytest.raises(ICWKeyError, match="secret is a SA key parameter"):
+        ICWKey.create("tsp", seed=1, tokenizer=gpt2, secret="ABC")
+    assert ICWKey.create("sa", seed=1, gamma=0.2).to_string() == "icw:sa:seed=1,length=18"  # defaults pass
+    from icw.cli import main
+
+    assert main(["key", "new", "--family", "tsp", "--seed", "1", "--tokenizer", "gpt2", "--length", "3"]) == 2
+    assert "length is a SA key parameter, not a TSP one" in capsys.readouterr().err

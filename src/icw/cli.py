@@ -32,7 +32,7 @@ def _key_new(args: argparse.Namespace) -> None:
     if args.pool_size is not None:
         params["pool_size"] = args.pool_size
     if args.length is not None:
-        params["length" if args.family == "sa" else "num_letters"] = args.length
+        params["num_letters" if args.family == "wip" else "length"] = args.length
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
     key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())

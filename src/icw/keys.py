@@ -95,6 +95,12 @@ def _smallest(raw: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(raw, kind="stable")[:k]
 
 
+#: Family-specific key fields and their defaults: a key of another family must leave them alone, so
+#: that a parameter given to the wrong family is an error, not silently ignored.
+_FAMILY_PARAMS = {"tsp": {"gamma": 0.2, "pool_size": None}, "wip": {"num_letters": 13, "letters": None},
+                  "sa": {"length": 18, "secret": None}}
+
+
 @dataclass(frozen=True)
 class ICWKey:
     """A watermark key of one family.
@@ -143,6 +149,11 @@ class ICWKey:
                 raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r}")
             object.__setattr__(self, "seed", int(self.seed))
         fam = self.family
+        for owner, defaults in _FAMILY_PARAMS.items():
+            for attr, default in defaults.items():
+                if owner != fam and getattr(self, attr) != default:
+                    raise ICWKeyError(f"{attr} is a {owner.upper()} key parameter, not a {fam.upper()} one "
+                                      f"(got {attr}={getattr(self, attr)!r})")
         if fam == "tsp":
             if not 0.0 < float(self.gamma) < 1.0:
                 raise ICWKeyError(f"TSP gamma must lie strictly between 0 and 1, got {self.gamma!r}")
@@ -286,10 +297,9 @@ class ICWKey:
     # ------------------------------------------------------------ serialization
     def to_dict(self) -> dict[str, Any]:
         """The fields that define this key (defaults of other families omitted)."""
-        keep = {"tsp": ("gamma", "pool_size"), "wip": ("num_letters", "letters"), "sa": ("length", "secret")}
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_cache"}
         out = {"family": self.family, "seed": self.seed}
-        out.update({k: data[k] for k in keep[self.family] if data[k] is not None})
+        out.update({k: data[k] for k in _FAMILY_PARAMS[self.family] if data[k] is not None})
         if self.family in ("wip", "sa") and out.get("letters" if self.family == "wip" else "secret"):
             out.pop("num_letters" if self.family == "wip" else "length", None)
         if self.seed is None:
