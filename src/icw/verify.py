@@ -391,7 +391,7 @@ def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean:
 
 # ------------------------------------------------------------------- per-family scoring
 def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
-                        text: str, alpha: float) -> tuple[VerificationResult, tuple[int, int, int, int] | None]:
+                        text: str, alpha: float) -> tuple[VerificationResult, tuple]:
     """Score one text; the exact p-value is left to the caller, who computes the tails of a whole
     batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, |L|, x)`` (WIP)."""
     scored, green = scored_mask(key, view), green_mask(key, view)
@@ -511,8 +511,7 @@ def verify(
             p_values.update(zip(tails["tsp"], np.where(n > 0, hypergeom_tails(x, pool, size, n), 1.0), strict=True))
         if tails["wip"]:
             counts, letters, x = (np.array(v) for v in zip(*tails["wip"].values(), strict=True))
-            scored = counts.sum(1) > 0
-            p_values.update(zip(tails["wip"], np.where(scored, wip_key_null_sf(counts, letters, x), 1.0), strict=True))
+            p_values.update(zip(tails["wip"], wip_key_null_sf(counts, letters, x), strict=True))  # n = 0: p = 1
         for i, p in p_values.items():
             results[i].p_value = min(float(p), 1.0)
             results[i].is_watermarked = results[i].p_value <= alpha
