@@ -167,3 +167,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def benchmark_model(name: str, device: str = "cpu", dtype: str | None = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)``: a random model with a real Qwen3 shape (``icw.models.QWEN3_SHAPES``,
+    for GPU timings: the architecture matters, not the weights), else ``icw.models.load_model``."""
+    import torch
+
+    from icw.models import QWEN3_SHAPES, load_model, random_model
+
+    torch_dtype = getattr(torch, dtype) if dtype else None
+    if name in QWEN3_SHAPES:
+        return random_model(name, device=device, dtype=torch_dtype)
+    return load_model(name, dtype=torch_dtype, device=device)

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import markdown_table  # noqa: E402
+from _common import benchmark_model, markdown_table  # noqa: E402
 from transformers import LogitsProcessor  # noqa: E402
 
 CONFIGS = ("none", "tsp", "wip", "sa", "hf-watermark")
@@ -93,17 +93,6 @@ class TimedProcessor(LogitsProcessor):
         return out
 
 
-def load(model_name: str, device: str, dtype: str | None) -> tuple[Any, Any]:
-    import torch
-
-    from icw.models import QWEN3_SHAPES, load_model, random_model
-
-    torch_dtype = getattr(torch, dtype) if dtype else None
-    if model_name in QWEN3_SHAPES:
-        return random_model(model_name, device=device, dtype=torch_dtype)
-    return load_model(model_name, dtype=torch_dtype, device=device)
-
-
 def run(max_new_tokens: int, repeats: int, batches: tuple[int, ...], configs: tuple[str, ...] = CONFIGS,
         model_name: str = "smollm2", device: str = "cpu", dtype: str | None = None
         ) -> dict[tuple[int, str], dict[str, float]]:
@@ -114,7 +103,7 @@ def run(max_new_tokens: int, repeats: int, batches: tuple[int, ...], configs: tu
 
     from icw.generation import chat_prompt
 
-    model, tok = load(model_name, device, dtype)
+    model, tok = benchmark_model(model_name, device, dtype)
     tok.padding_side = "left"
     runs: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
     for batch in batches:

@@ -58,16 +58,14 @@ def worker(method: str, mode: str, args: argparse.Namespace) -> dict:
     from peft import LoraConfig
 
     from icw import ICWKey
-    from icw.models import QWEN3_SHAPES, load_model, random_model
     from icw.train.sdlp import SDLPCollator, SDLPConfig, SDLPTrainer, tokenize_row
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _common import benchmark_model
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype) if args.dtype else None
-    if args.model in QWEN3_SHAPES:
-        model, tok = random_model(args.model, device=args.device, dtype=dtype)
-    else:
-        model, tok = load_model(args.model, dtype=dtype, device=args.device)
+    model, tok = benchmark_model(args.model, args.device, args.dtype)
     model.train()
     cuda = args.device.startswith("cuda")
     response_ids = (tok(PARAGRAPH * 10, add_special_tokens=False)["input_ids"])[: args.response_tokens]
