@@ -170,11 +170,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def benchmark_model(name: str, device: str = "cpu", dtype: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)``: a random model with a real Qwen3 shape (``icw.models.QWEN3_SHAPES``,
+    """``(model, tokenizer)``: a random model with a real Qwen3 shape (``icw.testing.QWEN3_SHAPES``,
     for GPU timings: the architecture matters, not the weights), else ``icw.models.load_model``."""
     import torch
 
-    from icw.models import QWEN3_SHAPES, load_model, random_model
+    from icw.models import load_model
+    from icw.testing import QWEN3_SHAPES, random_model
 
     torch_dtype = getattr(torch, dtype) if dtype else None
     if name in QWEN3_SHAPES:

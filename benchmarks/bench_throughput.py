@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> dict:
     from icw.bench.backends import Request, TransformersBackend
     from icw.bench.scoring import score_texts
     from icw.keys import ICWKey
-    from icw.models import load_model, load_tokenizer, tiny_random_model
+    from icw.models import load_model, load_tokenizer
+    from icw.testing import tiny_random_model
 
     if args.tiny:
         pair = (tiny_random_model("qwen3"), load_tokenizer("qwen3"))

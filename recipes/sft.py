@@ -14,7 +14,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from icw.generation import user_message
 from icw.keys import as_key
-from icw.train.synthesis import DCSArguments, load_policy, save_and_push
+from icw.train.common import DCSArguments, load_policy, save_and_push
 
 
 @dataclass

@@ -78,7 +78,7 @@ from icw.detection import detection_report
 from icw.generation import generate_responses
 from icw.models import load_model
 from icw.train.synthesis import perplexities
-from icw.verify import verify
+from icw.verification import verify
 
 out, n, max_new, fixed = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 device, batch, families = sys.argv[5], int(sys.argv[6]), sys.argv[7:]

@@ -36,7 +36,7 @@ def smollm2():
 @pytest.fixture(scope="session")
 def tiny_qwen(qwen3):
     """A ~10M-parameter randomly initialised Qwen3 model with the real Qwen3 tokenizer."""
-    from icw.models import tiny_random_model
+    from icw.testing import tiny_random_model
 
     return tiny_random_model("qwen3"), qwen3
 

@@ -52,7 +52,7 @@ def test_synonyms_come_from_wordnet_and_keep_case():
 
 def test_synonym_attack_lowers_wip_detection(qwen3):
     """A real watermark weakens: after WordNet substitution, fewer words keep their green initials."""
-    from icw.verify import verify
+    from icw.verification import verify
 
     key = ICWKey.create("wip", 1, qwen3)
     green = set(key.green_letters.lower())

@@ -111,7 +111,7 @@ def test_vllm_bias_mode_on_gpu(smollm2):
     reason = vllm_available()
     if reason:
         pytest.skip(reason)
-    from icw.verify import verify
+    from icw.verification import verify
 
     backend = make_backend("vllm", "smollm2", max_new_tokens=64)
     tok = smollm2[1]

@@ -99,7 +99,7 @@ def test_run_instruction_mode_scores_every_item_and_report_follows_schema(tmp_pa
         assert key in fam
     assert fam["num_positive"] == fam["num_negative"] == 3 and 0.0 <= fam["auc"] <= 1.0
     # the model-card command reads this file as written: a local dataset folder cites the Hub dataset
-    from icw.hub import model_card
+    from icw.cards import model_card
 
     card = model_card(tmp_path / "run" / "results.json")
     assert card.data.datasets == ["icw/ICWBench"]

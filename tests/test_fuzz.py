@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from icw import ICWKey, verify
 from icw.processors import SentenceAcrosticLogitsProcessor
 from icw.text import START, advance, sentence_initial_spans, sentence_initials
-from icw.verify import TextTooLongError
+from icw.verification import TextTooLongError
 from icw.vocab import NON_ASCII, vocabulary
 
 FUZZ = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,7 +11,7 @@ import pytest
 
 from icw import ICWKey, verify
 from icw.cli import main as cli_main
-from icw.hub import METRICS, metric_path
+from icw.evaluate_metrics import METRICS, metric_path
 
 evaluate = pytest.importorskip("evaluate")
 
@@ -169,7 +169,7 @@ def test_metric_modules_follow_evaluate_rules():
 
 def test_space_apps_run(loaded):
     gradio = pytest.importorskip("gradio")
-    from icw.hub import metric_demo
+    from icw.publish import metric_demo
 
     demo = metric_demo(Path(metric_path("icw_sa")) / "icw_sa.py")
     assert isinstance(demo, gradio.Blocks)

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
+from icw.cards import eval_results_files, model_card
 from icw.cli import main as cli_main
-from icw.hub import eval_results_files, model_card
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = {

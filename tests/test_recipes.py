@@ -100,7 +100,7 @@ def test_reward_is_z_with_length_rule_and_gates(qwen3):
     ids = qwen3(texts, add_special_tokens=False)["input_ids"]
     got = reward(prompts=[""] * 4, completions=[[{"role": "assistant", "content": t}] for t in texts],
                  completion_ids=ids, key=keys)
-    from icw.verify import verify
+    from icw.verification import verify
 
     assert got[0] == pytest.approx(verify(clean, wip, qwen3).z_score)
     assert got[1] == 0.0  # shorter than the minimum

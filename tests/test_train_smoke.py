@@ -119,7 +119,7 @@ def test_sdlp_loss_falls_on_a_fixed_batch(tiny_qwen, tmp_path, lora):
     from datasets import Dataset
     from peft import LoraConfig
 
-    from icw.models import tiny_random_model
+    from icw.testing import tiny_random_model
 
     _, tok = tiny_qwen
     model = tiny_random_model("qwen3").train()

@@ -8,7 +8,7 @@ import pytest
 
 from icw import ICWKey, ICWKeyError, KeyMismatchError, TextTooLongError, verify, vocabulary
 from icw.keys import SA_POOL
-from icw.verify import _codes, _secret_masks, lcs_lengths, wip_key_null_sf, z_statistic
+from icw.verification import _codes, _secret_masks, lcs_lengths, wip_key_null_sf, z_statistic
 
 HUMAN = ("The committee met on Tuesday to discuss the budget. Members raised concerns about rising costs, "
          "and several proposals were tabled for further review. A final decision is expected next month. ") * 3
@@ -64,7 +64,7 @@ def test_wip_exact_null_against_brute_force():
 
 @pytest.mark.parametrize("budget", [1 << 22, 1 << 12], ids=["one-chunk", "many-chunks"])
 def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
-    monkeypatch.setattr(sys.modules["icw.verify"], "_DP_BUDGET", budget)  # icw.verify is also the function
+    monkeypatch.setattr(sys.modules["icw.verification"], "_DP_BUDGET", budget)
     rng = np.random.default_rng(2)
     counts = rng.integers(0, 9, size=(40, 26)) * rng.integers(1, 4, size=(40, 1))  # texts of unequal length
     counts[3] = 0  # a text with nothing scored
@@ -218,7 +218,7 @@ def test_bad_inputs(qwen3, gpt2):
 def test_vectorized_hypergeometric_tails_match_scipy():
     from scipy.stats import hypergeom
 
-    from icw.verify import hypergeom_tails
+    from icw.verification import hypergeom_tails
 
     rng = np.random.default_rng(0)
     big = rng.integers(10, 150_000, 3000)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from icw.hub import metric_demo
+from icw.publish import metric_demo
 
 demo = metric_demo(Path(__file__).with_name("icw_tsp.py"))
 

@@ -40,7 +40,7 @@ import gradio as gr  # noqa: E402
 from icw.generation import DEFAULT_SAMPLING, generate_responses  # noqa: E402
 from icw.keys import DEFAULT_DELTA, FAMILIES, FAMILY_NAMES, ICWKey, ICWKeyError, KeyMismatchError  # noqa: E402
 from icw.models import SMOLLM2_HUB_ID, MissingAssetError, load_model, load_tokenizer  # noqa: E402
-from icw.verify import DEFAULT_ALPHA, verify  # noqa: E402
+from icw.verification import DEFAULT_ALPHA, verify  # noqa: E402
 from icw.vocab import vocabulary  # noqa: E402
 
 #: Inputs longer than these are cut (with a notice) so one request cannot hog the CPU.

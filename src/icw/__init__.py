@@ -6,7 +6,7 @@ Keys (:class:`ICWKey`) render ICW instructions, build the logit bias that imitat
 
 from .keys import DEFAULT_DELTA, FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .text import sentence_initials
-from .verify import TextTooLongError, VerificationResult, verify
+from .verification import TextTooLongError, VerificationResult, verify
 from .vocab import vocabulary
 
 __version__ = "0.1.0"

@@ -17,10 +17,10 @@ from typing import Any
 
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
-from .verify import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
+from .verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
 
 #: Modules that add sub-commands (bench, train, ...); missing optional extras are skipped.
-_COMMAND_MODULES = ("icw.demo", "icw.bench.cli", "icw.train.cli", "icw.hub")
+_COMMAND_MODULES = ("icw.demo", "icw.bench.cli", "icw.train.cli", "icw.publish")
 _USER_ERRORS = (ICWKeyError, KeyMismatchError, TextTooLongError, MissingAssetError, ValueError, TypeError,
                 FileNotFoundError, UnicodeDecodeError)
 

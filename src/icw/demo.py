@@ -11,7 +11,7 @@ import argparse
 import time
 
 from .keys import FAMILIES, ICWKey
-from .verify import verify
+from .verification import verify
 
 DEMO_QUESTIONS = (
     "Why is the sky blue?",

@@ -2,25 +2,129 @@
 
 Each metric folder holds a two-line script that subclasses one of these, so the four metrics
 share one implementation, and a Space published from a folder still runs once ``icw`` is
-installed. The numbers are those of :func:`icw.verify.verify` and
+installed. The numbers are those of :func:`icw.verification.verify` and
 :func:`icw.detection.detection_report`.
 
 Example:
     >>> import evaluate
-    >>> from icw.hub import metric_path
+    >>> from icw.evaluate_metrics import metric_path
     >>> metric = evaluate.load(metric_path("icw_sa"))  # doctest: +SKIP
     >>> metric.compute(predictions=["Some text."], keys="icw:sa:seed=1,length=18")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import datasets
 import evaluate
+import numpy as np
 
-from .hub import PAPER_AUTHORS, PAPER_TITLE, detection_scores, verification_scores
-from .verify import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
+from .citation import PAPER_AUTHORS, PAPER_TITLE
+from .keys import as_keys, check_family
+from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
+
+METRICS = ("icw_tsp", "icw_wip", "icw_sa", "icw_detection")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def metric_path(name: str) -> str:
+    """Folder of a bundled evaluate metric (``icw_tsp``, ``icw_wip``, ``icw_sa``, ``icw_detection``).
+
+    Example:
+        >>> import evaluate
+        >>> tsp = evaluate.load(metric_path("icw_tsp"))  # doctest: +SKIP
+    """
+    if name not in METRICS:
+        raise ValueError(f"unknown icw metric {name!r}; choose one of {', '.join(METRICS)}")
+    for root in (_PACKAGE_DIR / "metrics", _PACKAGE_DIR.parents[1] / "metrics"):
+        folder = root / name
+        if (folder / f"{name}.py").is_file():
+            return str(folder)
+    raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
+
+
+def _load_tokenizer(tokenizer: Any) -> Any:
+    if isinstance(tokenizer, str):
+        from .models import load_tokenizer
+
+        return load_tokenizer(tokenizer)
+    return tokenizer
+
+
+def verification_scores(family: str, predictions: Sequence[str], keys: Any, tokenizer: Any = None,
+                        alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
+    """Verify ``predictions`` against ``keys`` of one family: per-text z and p plus a summary.
+
+    ``keys`` is one key (``ICWKey`` or its string) shared by all texts, or one per text.
+    ``tokenizer`` is a tokenizer object or name; by default the one named in each key.
+    Returns per-text ``z_scores``, ``p_values``, ``is_watermarked``, ``num_tokens_scored`` and the
+    summary ``num_texts``, ``mean_z``, ``median_z``, ``watermarked_fraction`` (share with
+    ``p_value <= alpha``).
+    """
+    from .verification import verify
+
+    family = check_family(family)
+    if keys is None:
+        raise ValueError(f"icw_{family} needs keys=...: one key string for all texts, or one per text")
+    if isinstance(predictions, str):
+        raise TypeError("predictions must be a list of strings, not one string")
+    predictions = list(predictions)
+    if not predictions:
+        raise ValueError("predictions is empty: pass at least one text")
+    for i, text in enumerate(predictions):
+        if not isinstance(text, str):
+            raise TypeError(f"prediction {i} is a {type(text).__name__}, not a str")
+    key_list = as_keys(keys, len(predictions))
+    for i, key in enumerate(key_list):
+        if key.family != family:
+            raise ValueError(f"key {i} is a {key.family} key but this is the icw_{family} metric: "
+                             f"use the icw_{key.family} metric for it")
+    results = verify(predictions, key_list, _load_tokenizer(tokenizer), alpha=alpha)
+    z = np.array([r.z_score for r in results], dtype=np.float64)
+    flagged = [r.is_watermarked for r in results]
+    return {
+        "z_scores": z.tolist(),
+        "p_values": [r.p_value for r in results],
+        "is_watermarked": flagged,
+        "num_tokens_scored": [r.num_tokens_scored for r in results],
+        "num_texts": len(results),
+        "mean_z": float(z.mean()),
+        "median_z": float(np.median(z)),
+        "watermarked_fraction": float(np.mean(flagged)),
+        "alpha": alpha,
+    }
+
+
+def detection_scores(predictions: Sequence[float], references: Sequence[int], fpr: float = 0.01,
+                     confidence: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """ROC-AUC and TPR at ``fpr`` from detector scores (``predictions``) and labels
+    (``references``: 1 watermarked, 0 plain), with bootstrap intervals
+    (:func:`icw.detection.detection_report`)."""
+    from .detection import detection_report
+
+    scores = np.asarray(list(predictions), dtype=np.float64)
+    labels = np.asarray(list(references))
+    if scores.shape != labels.shape or scores.ndim != 1:
+        raise ValueError(f"predictions and references must be two flat lists of equal length, "
+                         f"got {scores.shape} and {labels.shape}")
+    if not np.isin(labels, (0, 1)).all():
+        raise ValueError("references must be 0 (plain text) or 1 (watermarked text)")
+    report = detection_report(scores[labels == 1], scores[labels == 0], fpr=fpr, confidence=confidence,
+                              num_bootstrap=num_bootstrap, seed=seed)
+    return {
+        "roc_auc": report.auc,
+        "roc_auc_ci": list(report.auc_ci),
+        "tpr_at_fpr": report.tpr,
+        "tpr_at_fpr_ci": list(report.tpr_ci),
+        "fpr": report.fpr,
+        "confidence": report.confidence,
+        "num_positive": report.num_positive,
+        "num_negative": report.num_negative,
+    }
+
 
 CITATION = f"""\
 @article{{liu2026icwsd,

@@ -10,7 +10,7 @@ A detector needs only a tokenizer, never LLM weights. The pipeline accepts:
 Plain aliases such as ``"qwen3"`` cannot go through ``pipeline()``, which resolves every string
 with ``AutoConfig``; use :func:`detector` for them.
 
-Scores come from :func:`icw.verify.verify` (no second implementation), so they agree number for
+Scores come from :func:`icw.verification.verify` (no second implementation), so they agree number for
 number with ``icw detect``.
 
 Example:
@@ -40,7 +40,7 @@ from typing import Any
 TASK = "icw-detection"
 #: The model whose tokenizer ``pipeline("icw-detection")`` uses when none is given (online only).
 DEFAULT_MODEL = ("HuggingFaceTB/SmolLM2-135M-Instruct", "main")
-#: Fields of :class:`~icw.verify.VerificationResult` every output carries.
+#: Fields of :class:`~icw.verification.VerificationResult` every output carries.
 OUTPUT_FIELDS = ("family", "z_score", "p_value", "is_watermarked", "num_tokens_scored", "num_aligned", "alpha",
                  "p_value_method", "key", "note")
 
@@ -113,7 +113,7 @@ def _pipeline_class() -> type:
     from transformers.pipelines import Pipeline
 
     from .keys import ICWKey, as_key, as_keys
-    from .verify import DEFAULT_ALPHA, verify
+    from .verification import DEFAULT_ALPHA, verify
 
     class ICWDetectionPipeline(Pipeline):
         """Verify texts against ICW keys; one dict per text.

@@ -1,7 +1,7 @@
 """Detectability scoring for ICWBench: the verifiers' z and exact p for every response, and
 per-family ROC-AUC / TPR@1%FPR with bootstrap intervals through :mod:`icw.detection`.
 
-Nothing here re-implements a statistic: texts go through :func:`icw.verify.verify`, paired
+Nothing here re-implements a statistic: texts go through :func:`icw.verification.verify`, paired
 positive/negative scores through :func:`icw.detection.detection_report`.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from ..detection import detection_report
 from ..keys import ICWKey, as_key
 from ..models import load_tokenizer
-from ..verify import verify
+from ..verification import verify
 
 
 def key_tokenizer(key: ICWKey, tokenizers: dict[str, Any] | None = None) -> Any:

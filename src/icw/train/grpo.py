@@ -22,7 +22,7 @@ from typing import Any
 from ..generation import user_message
 from ..keys import ICWKey, as_key
 from ..text import sentence_initial_spans
-from ..verify import verify
+from ..verification import verify
 
 #: Single letters that are English words, so a sentence may start with them alone.
 WORD_LETTERS = frozenset("AI")
@@ -146,7 +146,7 @@ def make_parser() -> Any:
     """The ``TrlParser`` of ``recipes/grpo.py``: data, reward settings, trl's ``GRPOConfig`` and ``ModelConfig``."""
     from trl import GRPOConfig, ModelConfig, TrlParser
 
-    from .synthesis import DCSArguments
+    from .common import DCSArguments
 
     return TrlParser((DCSArguments, ICWRewardArguments, GRPOConfig, ModelConfig))
 
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from trl import GRPOTrainer, get_peft_config
     from trl.import_utils import is_vllm_available
 
-    from .synthesis import load_policy, save_and_push
+    from .common import load_policy, save_and_push
 
     data_args, reward_args, config, model_args = make_parser().parse_args_and_config(
         None if argv is None else list(argv))

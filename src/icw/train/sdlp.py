@@ -457,7 +457,7 @@ def make_parser() -> Any:
     """The ``TrlParser`` of ``recipes/sdlp.py``: data, :class:`SDLPConfig` and trl's ``ModelConfig`` (LoRA fields)."""
     from trl import ModelConfig, TrlParser
 
-    from .synthesis import DCSArguments
+    from .common import DCSArguments
 
     return TrlParser((DCSArguments, SDLPConfig, ModelConfig))
 
@@ -466,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
     """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
     from trl import get_peft_config
 
-    from .synthesis import load_policy, save_and_push
+    from .common import load_policy, save_and_push
 
     data_args, config, model_args = make_parser().parse_args_and_config(None if argv is None else list(argv))
     model, tokenizer = load_policy(model_args)

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from ..generation import chat_prompt, generate_responses
 from ..keys import DEFAULT_DELTA, FAMILIES, ICWKey
-from ..verify import verify
+from ..verification import verify
 
 #: First seed of the training key pool; evaluation keys (ICWBench) use small seeds, so the pools are disjoint.
 TRAIN_SEED_OFFSET = 1_000_000
@@ -272,83 +272,3 @@ def _read_logs(out: Path) -> dict[str, dict[str, Any]]:
                 row = json.loads(line)
                 done[row["id"]] = row
     return done
-
-
-def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "train", label: int | None = None) -> Any:
-    """Load ``D_cs``: a folder written by :func:`synthesize`, a parquet file, or a Hub dataset id."""
-    from datasets import Dataset, load_dataset
-
-    path = Path(name)
-    if path.is_dir() and (path / "data.parquet").exists():
-        ds = Dataset.from_parquet(str(path / "data.parquet"))
-    elif path.suffix == ".parquet" and path.exists():
-        ds = Dataset.from_parquet(str(path))
-    elif path.exists():
-        raise ValueError(f"{path} holds no data.parquet: run `icw train synthesize --output_dir {path}` first")
-    else:
-        ds = load_dataset(name, split=split)
-    if families:
-        wanted = set(families)
-        ds = ds.filter(lambda f: f in wanted, input_columns="family")
-    if label is not None:
-        ds = ds.filter(lambda v: int(v) == label, input_columns="label")
-    if len(ds) == 0:
-        raise ValueError(f"no rows left in {name} for families={families} label={label}")
-    return ds
-
-
-@dataclass
-class DCSArguments:
-    """Which cold-start data a training recipe reads (``recipes/sdlp.py``, ``grpo.py``, ``sft.py``)."""
-
-    dataset_name: str = field(
-        default="data/dcs", metadata={"help": "D_cs: a folder written by `icw train synthesize`, a parquet file, "
-                                              "or a Hub dataset id."})
-    dataset_split: str = field(default="train", metadata={"help": "Split to read when dataset_name is a Hub id."})
-    families: list[str] | None = field(default=None, metadata={"help": "Keep only these families (default: all)."})
-    max_rows: int | None = field(default=None, metadata={"help": "Use at most this many rows (after shuffling)."})
-    model_card_results: str | None = field(
-        default=None, metadata={"help": "results.json of `icw bench report` for the trained model: the output folder "
-                                        "then gets a model card (README.md, .eval_results/) built from it, which "
-                                        "is what push_to_hub uploads."})
-
-    def load(self, label: int | None = None, seed: int = 0) -> Any:
-        ds = load_dcs(self.dataset_name, self.families, self.dataset_split, label=label).shuffle(seed=seed)
-        return ds.select(range(min(self.max_rows, len(ds)))) if self.max_rows else ds
-
-
-def load_policy(model_args: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) for a trl ``ModelConfig``: ``smollm2`` is the embedded model, else a folder or Hub id."""
-    from ..models import load_model
-
-    if not model_args.model_name_or_path:
-        raise ValueError("set model_name_or_path (smollm2, a local folder or a Hub id)")
-    dtype = model_args.dtype if model_args.dtype not in (None, "auto") else None
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model, tokenizer = load_model(model_args.model_name_or_path, dtype=dtype)
-    return model.train(), tokenizer
-
-
-def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None) -> None:
-    """Save the model and tokenizer; write the ICWBench model card when results are given; push if asked.
-
-    ``Trainer.push_to_hub`` writes its own README, so the ICWBench card is uploaded after it.
-    """
-    out = trainer.args.output_dir
-    trainer.save_model(out)
-    adapter = hasattr(trainer.model, "peft_config")
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(out)
-        if data_args.model_card_results:
-            from ..hub import write_model_card
-
-            write_model_card(data_args.model_card_results, out, base_model=base_model,
-                             adapter="peft/lora" if adapter else None)
-    if trainer.args.push_to_hub:
-        trainer.push_to_hub()
-        if data_args.model_card_results and trainer.is_world_process_zero():
-            from huggingface_hub import HfApi
-
-            HfApi(token=trainer.args.hub_token).upload_folder(
-                repo_id=trainer.hub_model_id, folder_path=out, allow_patterns=["README.md", ".eval_results/*"],
-                commit_message="ICWBench model card")

@@ -1,0 +1,182 @@
+"""Model cards from ICWBench results.
+
+``icw hub model-card RESULTS_JSON --out DIR`` turns ``icw bench report`` output into a
+:class:`huggingface_hub.ModelCard` with ``model-index`` results plus ``.eval_results/*.yaml``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .citation import PAPER_AUTHORS, PAPER_TITLE
+from .keys import FAMILY_NAMES, check_family
+
+#: The ICWBench dataset on the Hub (``icw bench push`` target used in cards when none is given).
+DEFAULT_DATASET_ID = "icw/ICWBench"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def model_card_template() -> Path:
+    """The Jinja template behind :func:`model_card` (``model_cards/template.md`` in the repository)."""
+    for root in (_PACKAGE_DIR / "model_cards", _PACKAGE_DIR.parents[1] / "model_cards"):
+        if (root / "template.md").is_file():
+            return root / "template.md"
+    raise FileNotFoundError("the model card template is missing from icw/model_cards; reinstall icw")
+
+
+_METRICS_IN_CARD = (("auc", "roc_auc", "ROC-AUC"), ("tpr_at_1fpr", "tpr_at_1fpr", "TPR@1%FPR"),
+                    ("ppl", "perplexity", "Perplexity"))
+
+
+def _load_results(results: dict | str | Path) -> dict[str, Any]:
+    if isinstance(results, (str, Path)):
+        path = Path(results)
+        try:
+            results = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not JSON ({err.msg}); pass the results.json of icw bench report") from None
+    if not isinstance(results, dict) or not isinstance(results.get("families"), dict) or not results["families"]:
+        raise ValueError("results must be an object with a non-empty 'families' mapping (icw bench report output)")
+    for family in results["families"]:
+        check_family(family)
+    if not results.get("model"):
+        raise ValueError("results need a 'model' field naming the evaluated model")
+    return results
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _dataset_id(results: dict[str, Any], dataset_id: str | None = None) -> str:
+    """The Hub dataset the card cites: ``dataset_id``, else the run's dataset when it is a Hub id
+    (a run on a local folder, e.g. ``/tmp/icwbench``, cites the default ICWBench id instead)."""
+    if dataset_id:
+        return dataset_id
+    used = str(results.get("dataset") or "")
+    is_hub_id = _HUB_ID.fullmatch(used) is not None and not Path(used).expanduser().exists()
+    return used if is_hub_id else DEFAULT_DATASET_ID
+
+
+def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> list[Any]:
+    """The ``model-index`` entries (:class:`huggingface_hub.EvalResult`) of ICWBench results."""
+    from huggingface_hub import EvalResult
+
+    results = _load_results(results)
+    dataset_id = _dataset_id(results, dataset_id)
+    out = []
+    for family, stats in results["families"].items():
+        for field, metric_type, label in _METRICS_IN_CARD:
+            value = _number(stats.get(field))
+            if value is None:
+                continue
+            out.append(EvalResult(
+                task_type="text-generation", task_name="In-context watermark instruction following",
+                dataset_type=str(dataset_id), dataset_name=f"ICWBench ({FAMILY_NAMES[family]})",
+                dataset_config=family, dataset_split="test", metric_type=metric_type,
+                metric_name=f"{family.upper()} {label}", metric_value=round(value, 4),
+            ))
+        for dim, score in (stats.get("judge") or {}).items():
+            if score is not None:
+                out.append(EvalResult(
+                    task_type="text-generation", task_name="In-context watermark instruction following",
+                    dataset_type=str(dataset_id), dataset_name=f"ICWBench ({FAMILY_NAMES[family]})",
+                    dataset_config=family, dataset_split="test", metric_type=f"judge_{dim}",
+                    metric_name=f"{family.upper()} judge {dim.replace('_', ' ')} (1-5)",
+                    metric_value=round(float(score), 3)))
+    return out
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{float(value):.{digits}f}"
+
+
+def model_card(results: dict | str | Path, base_model: str | None = None, adapter: bool | str | None = None,
+               model_id: str | None = None, dataset_id: str | None = None, license: str | None = None) -> Any:
+    """Build a :class:`huggingface_hub.ModelCard` from ``icw bench report`` results.
+
+    ``adapter`` (``True`` or a description such as ``"peft/lora"``) marks a PEFT adapter over
+    ``base_model``; the card's metadata then says ``library_name: peft``.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    results = _load_results(results)
+    base_model = base_model or results.get("base_model")
+    adapter = adapter or results.get("adapter")
+    if adapter and not base_model:
+        raise ValueError("an adapter card needs --base-model (the model the adapter was trained on)")
+    dataset_id = _dataset_id(results, dataset_id)
+    model_id = model_id or results["model"]
+    tags = ["icw", "watermarking", "in-context-watermarking", "text-generation"]
+    if adapter:
+        tags += ["peft", "lora"] if "lora" in str(adapter).lower() or adapter is True else ["peft"]
+    card_data = ModelCardData(
+        model_name=model_id, base_model=base_model, library_name="peft" if adapter else "transformers",
+        pipeline_tag="text-generation", tags=tags, license=license,
+        datasets=[dataset_id] if "/" in str(dataset_id) else None, eval_results=eval_results(results, dataset_id),
+    )
+    rows = []
+    for family, stats in results["families"].items():
+        judge = stats.get("judge") or {}
+        judge_mean = float(np.mean([v for v in judge.values() if v is not None])) if judge else None
+        rows.append({
+            "family": family.upper(), "name": FAMILY_NAMES[family],
+            "num": f"{stats.get('num_positive', 'n/a')}/{stats.get('num_negative', 'n/a')}",
+            "auc": _fmt(stats.get("auc")), "auc_ci": "[" + ", ".join(_fmt(v) for v in stats["auc_ci"]) + "]"
+            if stats.get("auc_ci") else "", "tpr": _fmt(stats.get("tpr_at_1fpr")),
+            "tpr_ci": "[" + ", ".join(_fmt(v) for v in stats["tpr_ci"]) + "]" if stats.get("tpr_ci") else "",
+            "ppl": _fmt(stats.get("ppl"), 2), "judge": _fmt(judge_mean, 2),
+            "attacks": ", ".join(f"{name}: AUC {_fmt(a.get('auc'))}" for name, a in (stats.get("attacks") or {}).items()),
+        })
+    return ModelCard.from_template(
+        card_data, template_path=str(model_card_template()), model_id=model_id, base_model=base_model,
+        adapter=str(adapter) if adapter else None, dataset_id=dataset_id, rows=rows,
+        mode=results.get("mode", "instruction"), max_new_tokens=results.get("max_new_tokens"),
+        paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS,
+    )
+
+
+def eval_results_files(results: dict | str | Path, dataset_id: str | None = None,
+                       source_url: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The Hub's ``.eval_results/<name>.yaml`` entries, one file per ICWBench metric."""
+    results = _load_results(results)
+    dataset_id = _dataset_id(results, dataset_id)
+    today = _dt.date.today().isoformat()
+    files: dict[str, list[dict[str, Any]]] = {}
+    for field, metric_type, label in _METRICS_IN_CARD:
+        entries = []
+        for family, stats in results["families"].items():
+            value = _number(stats.get(field))
+            if value is None:
+                continue
+            entry = {"dataset": {"id": str(dataset_id), "task_id": family}, "value": round(value, 4), "date": today,
+                     "notes": f"{FAMILY_NAMES[family]} {label}, {results.get('mode', 'instruction')} mode"}
+            if source_url:
+                entry["source"] = {"url": source_url, "name": "ICWBench report"}
+            entries.append(entry)
+        if entries:
+            files[f"icwbench_{metric_type}.yaml"] = entries
+    return files
+
+
+def write_model_card(results: dict | str | Path, out_dir: str | Path, **kwargs: Any) -> Path:
+    """Write ``README.md`` and ``.eval_results/*.yaml`` into ``out_dir``; returns the README path."""
+    import yaml
+
+    card = model_card(results, **kwargs)
+    out = Path(out_dir)
+    (out / ".eval_results").mkdir(parents=True, exist_ok=True)
+    readme = out / "README.md"
+    card.save(readme)
+    for name, entries in eval_results_files(results, kwargs.get("dataset_id")).items():
+        (out / ".eval_results" / name).write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
+    return readme

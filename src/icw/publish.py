@@ -1,0 +1,155 @@
+"""Publishing to the Hugging Face Hub: the evaluate metrics as Gradio Spaces, and the ``icw hub`` command.
+
+* ``icw hub publish-metrics --org ORG [--dry-run]`` uploads each metric folder as a Gradio Space,
+  whose ``app.py`` runs :func:`metric_demo` (evaluate's own widget is broken on gradio >= 4).
+* ``icw hub model-card RESULTS_JSON --out DIR`` writes a model card (:mod:`icw.cards`).
+* ``icw hub metric-path NAME`` prints a bundled metric folder, for ``evaluate.load``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .cards import DEFAULT_DATASET_ID, write_model_card
+from .evaluate_metrics import METRICS, metric_path
+from .verification import DEFAULT_ALPHA
+
+
+def _split_texts(blob: str) -> list[str]:
+    """Texts separated by lines holding only ``---``."""
+    parts, current = [], []
+    for line in blob.splitlines():
+        if line.strip() == "---":
+            parts.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    parts.append("\n".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _parse_scores(blob: str) -> list[float]:
+    try:
+        return [float(v) for v in blob.replace(",", " ").split()]
+    except ValueError as err:
+        raise ValueError(f"scores must be numbers separated by commas or spaces ({err})") from None
+
+
+def metric_demo(module_file: str | Path) -> Any:
+    """The Gradio app of a metric Space (evaluate's own widget is broken on gradio >= 4).
+
+    ``module_file`` is the metric's ``.py`` file (``app.py`` passes its sibling), loaded with
+    ``evaluate.load`` exactly as users load it.
+    """
+    import evaluate
+    import gradio as gr
+
+    module_file = Path(module_file)
+    name = module_file.stem
+    metric = evaluate.load(str(module_file))
+
+    def run_verification(texts: str, key: str, tokenizer: str, alpha: float) -> dict:
+        try:
+            items = _split_texts(texts)
+            return metric.compute(predictions=items, keys=key.strip(), tokenizer=tokenizer.strip() or None,
+                                  alpha=float(alpha))
+        except (ValueError, TypeError) as err:
+            raise gr.Error(str(err)) from None
+
+    def run_detection(positive: str, negative: str, fpr: float) -> dict:
+        try:
+            pos, neg = _parse_scores(positive), _parse_scores(negative)
+            return metric.compute(predictions=pos + neg, references=[1] * len(pos) + [0] * len(neg), fpr=float(fpr))
+        except (ValueError, TypeError) as err:
+            raise gr.Error(str(err)) from None
+
+    with gr.Blocks(title=name) as demo:
+        gr.Markdown(f"# {name}\n{metric.description}")
+        out = gr.JSON(label="result")
+        if name == "icw_detection":
+            pos = gr.Textbox(label="scores of watermarked texts (e.g. z-scores)", lines=3)
+            neg = gr.Textbox(label="scores of plain texts", lines=3)
+            fpr = gr.Number(value=0.01, label="false-positive rate for TPR")
+            gr.Button("Compute").click(run_detection, [pos, neg, fpr], out)
+        else:
+            texts = gr.Textbox(label="texts (separate texts with a line holding only ---)", lines=8)
+            key = gr.Textbox(label="key (icw:...)")
+            tok = gr.Textbox(label="tokenizer (blank: the key's own; qwen3, gpt2, smollm2 or a Hub id)")
+            alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha")
+            gr.Button("Verify").click(run_verification, [texts, key, tok, alpha], out)
+    demo.run_verification, demo.run_detection = run_verification, run_detection  # for tests and scripts
+    return demo
+
+
+def publish_metrics(org: str, names: Sequence[str] = METRICS, dry_run: bool = False, private: bool = False,
+                    token: str | None = None) -> list[dict[str, Any]]:
+    """Upload each bundled metric folder as a Gradio Space ``<org>/<name>``; returns the plan."""
+    if not org or "/" in org:
+        raise ValueError(f"--org must be a user or organization name without '/', got {org!r}")
+    plan = []
+    for name in names:
+        folder = Path(metric_path(name))
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        plan.append({"repo_id": f"{org}/{name}", "repo_type": "space", "space_sdk": "gradio", "folder": str(folder),
+                     "files": [{"path": str(p.relative_to(folder)), "bytes": p.stat().st_size} for p in files]})
+    if dry_run:
+        return plan
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    for item in plan:
+        api.create_repo(item["repo_id"], repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
+        api.upload_folder(folder_path=item["folder"], repo_id=item["repo_id"], repo_type="space",
+                          ignore_patterns=["__pycache__/*", "*.pyc"], commit_message="Upload icw metric")
+        item["url"] = f"https://huggingface.co/spaces/{item['repo_id']}"
+    return plan
+
+
+def _cli_publish(args: argparse.Namespace) -> None:
+    plan = publish_metrics(args.org, args.only or METRICS, dry_run=args.dry_run, private=args.private)
+    for item in plan:
+        verb = "would upload" if args.dry_run else "uploaded"
+        files = ", ".join(f"{f['path']} ({f['bytes']:,} B)" for f in item["files"])
+        print(f"{verb} {item['folder']} -> space {item['repo_id']}: {files}")
+
+
+def _cli_model_card(args: argparse.Namespace) -> None:
+    readme = write_model_card(args.results, args.out, base_model=args.base_model,
+                              adapter=args.adapter_type if args.adapter else None, model_id=args.model_id,
+                              dataset_id=args.dataset, license=args.license)
+    print(f"wrote {readme} and {readme.parent / '.eval_results'}", file=sys.stderr)
+
+
+def _cli_metric_path(args: argparse.Namespace) -> None:
+    print(metric_path(args.name))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    hub = sub.add_parser("hub", help="Hugging Face Hub: metric Spaces, model cards")
+    hub_sub = hub.add_subparsers(dest="hub_command", required=True)
+
+    pub = hub_sub.add_parser("publish-metrics", help="upload the evaluate metrics as Spaces <org>/icw_*")
+    pub.add_argument("--org", required=True, help="Hub user or organization")
+    pub.add_argument("--only", nargs="+", choices=METRICS, help="publish only these metrics")
+    pub.add_argument("--private", action="store_true")
+    pub.add_argument("--dry-run", action="store_true", help="show what would be uploaded; upload nothing")
+    pub.set_defaults(func=_cli_publish)
+
+    card = hub_sub.add_parser("model-card", help="model card (README.md + .eval_results/) from ICWBench results")
+    card.add_argument("results", help="results.json written by icw bench report")
+    card.add_argument("--out", required=True, help="output folder (the model repository root)")
+    card.add_argument("--base-model", help="Hub id of the base model (required for adapters)")
+    card.add_argument("--adapter", action="store_true", help="the model is a PEFT adapter over --base-model")
+    card.add_argument("--adapter-type", default="peft/lora", help="adapter description (default peft/lora)")
+    card.add_argument("--model-id", help="name of the model (default: results' model)")
+    card.add_argument("--dataset", help=f"dataset id (default: results' dataset or {DEFAULT_DATASET_ID})")
+    card.add_argument("--license", help="license identifier for the card metadata (e.g. apache-2.0)")
+    card.set_defaults(func=_cli_model_card)
+
+    path = hub_sub.add_parser("metric-path", help="print the folder of a bundled metric (for evaluate.load)")
+    path.add_argument("name", choices=METRICS)
+    path.set_defaults(func=_cli_metric_path)
