@@ -34,6 +34,12 @@ def _grpo(args: argparse.Namespace) -> None:
     main(args.options)
 
 
+def _sft(args: argparse.Namespace) -> None:
+    from .sft import main
+
+    main(args.options)
+
+
 class _PassThroughParser(argparse.ArgumentParser):
     """Hands every argument after the sub-command to the recipe's ``TrlParser`` (``--config``,
     ``--field value``, ``--help``), which knows the dataclass fields and rejects unknown ones."""
@@ -47,12 +53,13 @@ class _PassThroughParser(argparse.ArgumentParser):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="cold-start synthesis, SDLP and GRPO training")
+    train = sub.add_parser("train", help="cold-start synthesis, SDLP, GRPO and SFT training")
     train_sub = train.add_subparsers(dest="train_command", required=True, parser_class=_PassThroughParser)
     for name, func, text in (
         ("synthesize", _synthesize, "generate the cold-start dataset D_cs with the logit perturbation"),
         ("sdlp", _sdlp, "self-distillation with logit perturbation on D_cs"),
         ("grpo", _grpo, "GRPO with the verifier z as reward"),
+        ("sft", _sft, "the SFT ablation baseline on the D_H1 responses"),
     ):
         parser = train_sub.add_parser(name, help=text, add_help=False)
         parser.set_defaults(func=func)
