@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from .bench.dataset import ICWBENCH_ID
 from .citation import PAPER_AUTHORS, PAPER_TITLE
 from .keys import FAMILY_NAMES, check_family
 
-#: The ICWBench dataset on the Hub (``icw bench push`` target used in cards when none is given).
-DEFAULT_DATASET_ID = "icw/ICWBench"
+#: The dataset cards cite when results name none (:data:`icw.bench.dataset.ICWBENCH_ID`, its one home).
+DEFAULT_DATASET_ID = ICWBENCH_ID
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 

@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from ..keys import FAMILIES, ICWKey, as_key
+from ..templates import template_for
 from .backends import BACKENDS, Backend, BackendError, Request, make_backend
+from .dataset import ICWBENCH_ID
 from .scoring import key_tokenizer, score_texts
-from .templates import template_for
 
 REQUIRED_COLUMNS = ("id", "family", "key", "instruction", "query")
 RESPONSES, RUN_CONFIG, QUALITY = "responses.jsonl", "run.json", "quality.jsonl"
-DEFAULT_DATASET = "icw/ICWBench"
+DEFAULT_DATASET = ICWBENCH_ID
 #: Settings that must match when a run directory is resumed (otherwise results would mix).
 _RESUME_FIELDS = ("model", "dataset", "split", "mode", "max_new_tokens", "template", "key_seed_offset",
                   "query_dataset", "query_column", "adapter")
@@ -294,16 +295,13 @@ def _base_record(config: RunConfig, model: str, family: str, item: Item, role: s
 
 
 def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
-    """A warning when the longest prompt does not fit the local model's context window (the
-    model then answers garbage: TSP instructions listing all of ``V_en`` run to ~9k-18k tokens)."""
-    model = getattr(backend, "model", None)
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if not prompts or backend.tokenizer is None or not limit:
+    """A warning when the longest prompt (plus a short answer) does not fit the local model's context."""
+    from ..generation import prompt_overflow
+
+    overflow = prompt_overflow(getattr(backend, "model", None), backend.tokenizer, prompts, max_new_tokens=32)
+    if overflow is None:
         return None
-    longest = max(prompts, key=len)
-    length = len(backend.tokenizer(longest, add_special_tokens=False)["input_ids"])
-    if length + 32 <= limit:
-        return None
+    length, limit = overflow
     return (f"the longest prompt has {length} tokens but {backend.name} reads at most {limit}; its answers will be "
             "meaningless. For TSP, build the dataset with a smaller candidate pool (icw bench build --pool-size N)")
 
