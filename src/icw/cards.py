@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .bench.dataset import ICWBENCH_ID
-from .citation import PAPER_AUTHORS, PAPER_TITLE
+from .citation import BIBTEX, PAPER_AUTHORS, PAPER_TITLE
 from .keys import FAMILY_NAMES, check_family
 
 #: The dataset cards cite when results name none (:data:`icw.bench.dataset.ICWBENCH_ID`, its one home).
@@ -142,7 +142,7 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
         card_data, template_path=str(model_card_template()), model_id=model_id, base_model=base_model,
         adapter=str(adapter) if adapter else None, dataset_id=dataset_id, rows=rows,
         mode=results.get("mode", "instruction"), max_new_tokens=results.get("max_new_tokens"),
-        paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS,
+        paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
 
 

@@ -22,8 +22,8 @@ import datasets
 import evaluate
 import numpy as np
 
-from .citation import PAPER_AUTHORS, PAPER_TITLE
-from .keys import as_keys, check_family
+from .citation import BIBTEX
+from .keys import FAMILY_NAMES, as_keys, check_family
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
 
 METRICS = ("icw_tsp", "icw_wip", "icw_sa", "icw_detection")
@@ -126,15 +126,8 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
     }
 
 
-CITATION = f"""\
-@article{{liu2026icwsd,
-  title={{{PAPER_TITLE}}},
-  author={{{" and ".join(PAPER_AUTHORS.split(", "))}}},
-  year={{2026}}
-}}
-"""
+CITATION = BIBTEX + "\n"
 
-_FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference", "sa": "Sentence Acrostic"}
 _P_VALUES = {
     "tsp": "exact, hypergeometric",
     "wip": "exact, over all random keys with the same number of letters",
@@ -174,7 +167,7 @@ Returns:
 
 
 def _verification_description(family: str) -> str:
-    return (f"{_FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
+    return (f"{FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
             f"Statistic: {STATISTICS[family]}. Null hypothesis: {NULL_HYPOTHESES[family]}. "
             f"p-value: {_P_VALUES[family]}. Returns per-text z-scores (the paper's statistic) and "
             "p-values, and summary figures.\n")

@@ -62,10 +62,13 @@ def prompt_overflow(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_
         `tuple[int, int] | None`: the longest prompt's length and the context limit, or ``None`` when it fits.
 
     Example:
+        >>> from icw.models import load_tokenizer
         >>> from icw.testing import tiny_random_model
-        >>> model, tok = tiny_random_model()
+        >>> model, tok = tiny_random_model(), load_tokenizer("qwen3")
         >>> prompt_overflow(model, tok, ["Why is the sky blue?"], max_new_tokens=100) is None
         True
+        >>> prompt_overflow(model, tok, ["Why is the sky blue?", "Why" + " not" * 5000])
+        (5001, 4096)
     """
     limit = context_limit(model)
     if not prompts or tokenizer is None or not limit:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..citation import BIBTEX
 from ..keys import FAMILIES, FAMILY_NAMES, TEST_SEED_START, TRAIN_SEED_START, ICWKey, check_family
 from ..questions import QUESTION_FIELDS, bundled_questions_path, read_questions
 
@@ -196,11 +197,6 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
 
 
 # ------------------------------------------------------------------------------ card
-_CITATION = """@article{liu2026icwsd,
-  title={Learning to Follow In-Context Watermark Instructions via Self-Distillation},
-  author={Liu, Yepeng and Chen, Tianyi and Zhao, Xuandong and Song, Dawn and Bu, Yuheng},
-  year={2026}
-}"""
 
 
 def card_metadata(families: list[str], counts: dict[str, dict[str, int]], lfqa: bool) -> dict[str, Any]:
@@ -296,7 +292,7 @@ ROC-AUC and TPR at 1% FPR of the verifier's z (`icw bench run` and `icw bench re
 ## Citation
 
 ```bibtex
-{_CITATION}
+{BIBTEX}
 ```
 """
 

@@ -327,11 +327,10 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
     warning = context_warning(backend, [r.user for r in requests])
     if warning:
         print(f"icw: warning: {family}: {warning}", file=sys.stderr)
-    tokenizers: dict[str, Any] = {}
 
     def save(done: list[Request], answers: list[str | None], errors: list[str | None]) -> None:
         ok = [i for i, a in enumerate(answers) if a is not None]
-        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok], tokenizers)
+        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok])
         by_index = dict(zip(ok, scores, strict=True))
         rows = []
         for i, request in enumerate(done):
