@@ -72,7 +72,7 @@ def test_sdlp_recipe_trains_and_checkpoint_reloads(dcs, tiny_dir, tmp_path):
     out = tmp_path / "sdlp"
     results = tmp_path / "results.json"  # what `icw bench report` writes, reduced to the fields a card needs
     results.write_text(json.dumps({"model": "tiny-sdlp", "families": {"wip": {
-        "auc": 0.75, "auc_ci": [0.5, 0.9], "tpr_at_1fpr": 0.25, "num_positive": 4, "num_negative": 4}}}))
+        "roc_auc": 0.75, "roc_auc_ci": [0.5, 0.9], "tpr_at_fpr": 0.25, "num_positive": 4, "num_negative": 4}}}))
     _launch("sdlp.py", "--model_card_results", str(results), "--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--model_name_or_path",
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "2",
             "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "steps",

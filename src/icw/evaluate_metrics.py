@@ -115,10 +115,10 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
     report = detection_report(scores[labels == 1], scores[labels == 0], fpr=fpr, confidence=confidence,
                               num_bootstrap=num_bootstrap, seed=seed)
     return {
-        "roc_auc": report.auc,
-        "roc_auc_ci": list(report.auc_ci),
-        "tpr_at_fpr": report.tpr,
-        "tpr_at_fpr_ci": list(report.tpr_ci),
+        "roc_auc": report.roc_auc,
+        "roc_auc_ci": list(report.roc_auc_ci),
+        "tpr_at_fpr": report.tpr_at_fpr,
+        "tpr_at_fpr_ci": list(report.tpr_at_fpr_ci),
         "fpr": report.fpr,
         "confidence": report.confidence,
         "num_positive": report.num_positive,

@@ -1,5 +1,5 @@
 """Detectability scoring for ICWBench: the verifiers' z and exact p for every response, and
-per-family ROC-AUC / TPR@1%FPR with bootstrap intervals through :mod:`icw.detection`.
+per-family ROC-AUC / TPR at a fixed FPR (1% by default) with bootstrap intervals through :mod:`icw.detection`.
 
 Nothing here re-implements a statistic: texts go through :func:`icw.verification.verify`, paired
 positive/negative scores through :func:`icw.detection.detection_report`.
@@ -83,10 +83,15 @@ def paired_scores(records: Iterable[dict[str, Any]], family: str, attack: str = 
 
 def detection_summary(pos: Sequence[float], neg: Sequence[float], fpr: float = 0.01,
                       num_bootstrap: int = 1000) -> dict[str, Any] | None:
-    """AUC, TPR@``fpr`` and their bootstrap intervals, mean z of each class (None if a class is empty)."""
+    """ROC-AUC, TPR@``fpr`` and their bootstrap intervals, mean z of each class (None if a class is empty).
+
+    The fields are :class:`icw.detection.DetectionReport`'s names: ``roc_auc``, ``roc_auc_ci``,
+    ``tpr_at_fpr``, ``tpr_at_fpr_ci`` and ``fpr`` (the rate TPR is read at).
+    """
     if not pos or not neg:
         return None
     report = detection_report(pos, neg, fpr=fpr, num_bootstrap=num_bootstrap)
-    return {"num_positive": len(pos), "num_negative": len(neg), "auc": report.auc, "auc_ci": list(report.auc_ci),
-            "tpr_at_1fpr": report.tpr, "tpr_ci": list(report.tpr_ci),
+    return {"num_positive": len(pos), "num_negative": len(neg), "roc_auc": report.roc_auc,
+            "roc_auc_ci": list(report.roc_auc_ci), "tpr_at_fpr": report.tpr_at_fpr,
+            "tpr_at_fpr_ci": list(report.tpr_at_fpr_ci), "fpr": report.fpr,
             "mean_z_positive": float(np.mean(pos)), "mean_z_negative": float(np.mean(neg))}
