@@ -47,6 +47,14 @@ def upgrade_summary(summary: dict[str, Any], where: str = "results") -> dict[str
     return {RENAMED_FIELDS.get(k, k) if k in old else k: v for k, v in summary.items()}
 
 
+def _deprecated_alias(old: str, new: str) -> property:
+    def get(self: Any) -> Any:
+        warnings.warn(f"DetectionReport.{old} is deprecated: use .{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated alias of :attr:`{new}` (one release).")
+
+
 @dataclass
 class DetectionReport:
     """Detection quality of a score: ROC-AUC and TPR at a fixed FPR with bootstrap intervals.
@@ -75,33 +83,10 @@ class DetectionReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def _old(self, name: str) -> None:
-        new = {"auc": "roc_auc", "auc_ci": "roc_auc_ci", "tpr": "tpr_at_fpr", "tpr_ci": "tpr_at_fpr_ci"}[name]
-        warnings.warn(f"DetectionReport.{name} is deprecated: use .{new}", DeprecationWarning, stacklevel=3)
-
-    @property
-    def auc(self) -> float:
-        """Deprecated alias of :attr:`roc_auc`."""
-        self._old("auc")
-        return self.roc_auc
-
-    @property
-    def auc_ci(self) -> tuple[float, float]:
-        """Deprecated alias of :attr:`roc_auc_ci`."""
-        self._old("auc_ci")
-        return self.roc_auc_ci
-
-    @property
-    def tpr(self) -> float:
-        """Deprecated alias of :attr:`tpr_at_fpr`."""
-        self._old("tpr")
-        return self.tpr_at_fpr
-
-    @property
-    def tpr_ci(self) -> tuple[float, float]:
-        """Deprecated alias of :attr:`tpr_at_fpr_ci`."""
-        self._old("tpr_ci")
-        return self.tpr_at_fpr_ci
+    auc = _deprecated_alias("auc", "roc_auc")
+    auc_ci = _deprecated_alias("auc_ci", "roc_auc_ci")
+    tpr = _deprecated_alias("tpr", "tpr_at_fpr")
+    tpr_ci = _deprecated_alias("tpr_ci", "tpr_at_fpr_ci")
 
 
 def detection_report(positive_scores, negative_scores, fpr: float = 0.01, confidence: float = 0.95,
