@@ -39,9 +39,18 @@ SECRET_RUN = 8
 def sa_gates(text: str, key: ICWKey | str) -> list[str]:
     """The SA reward-hacking gates that fire on ``text`` (empty when the text is clean).
 
+    Args:
+        text (`str`): the completion.
+        key (`ICWKey` or `str`): the row's SA key (its secret is what "written out" looks for).
+
     Example:
-        >>> sa_gates("**B**ees make honey. Every hive works.", ICWKey.create("sa", secret="BE"))
+        >>> key = ICWKey.create("sa", secret="BEHOLDTRAMPS")
+        >>> sa_gates("Bees make honey. Every hive works.", key)
+        []
+        >>> sa_gates("**B**ees make honey. Every hive works.", key)
         ['highlighted initials']
+        >>> sa_gates("Behold tramps, it said.", key)
+        ['secret written out']
     """
     key = as_key(key)
     reasons = []
@@ -83,8 +92,16 @@ class ICWReward:
         num_permutations: SA permutation-null size for z.
 
     Example:
-        >>> reward = ICWReward(tok, min_completion_tokens=200)
-        >>> reward(prompts, completions, completion_ids=ids, key=keys)   # what trl calls
+        What trl calls with a batch (``key`` is the dataset column; completions may also be
+        conversational message lists):
+
+        >>> from icw.models import load_tokenizer
+        >>> key = ICWKey.create("sa", secret="BEHOLDTRAMPS").to_string()
+        >>> answer = "Bees hum. Every hive works. Honey is sweet. Others rest. Later they fly. Days pass."
+        >>> reward = ICWReward(load_tokenizer("gpt2"), min_completion_tokens=10)
+        >>> [round(r, 1) for r in reward(completions=[answer, "Bees hum.", "**B**ees hum. " + answer],
+        ...                              key=[key] * 3)]
+        [3.7, 0.0, 0.0]
     """
 
     __name__ = "icw_z"

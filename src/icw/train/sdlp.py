@@ -352,8 +352,27 @@ class SDLPTrainer(Trainer):
         teacher_model: an explicit frozen teacher (default: the base model itself).
 
     Example:
-        >>> trainer = SDLPTrainer(model, SDLPConfig(output_dir="out"), train_dataset=ds, processing_class=tok)
-        >>> trainer.train()
+        One step on two rows of ``D_cs`` (a watermarked ``D_H1`` row and a plain ``D_H0`` row) with a
+        random stand-in model:
+
+        >>> import tempfile
+        >>> from datasets import Dataset
+        >>> from transformers import PrinterCallback
+        >>> from icw import ICWKey
+        >>> from icw.models import load_tokenizer
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> key = ICWKey.create("wip", seed=1, tokenizer=tok).to_string()
+        >>> rows = Dataset.from_list([
+        ...     {"family": "wip", "key": key, "query": "Why is the sky blue?", "response": "Light scatters.", "label": 1},
+        ...     {"family": "wip", "key": "", "query": "Name a bird.", "response": "A robin.", "label": 0}])
+        >>> args = SDLPConfig(output_dir=tempfile.mkdtemp(), max_steps=1, per_device_train_batch_size=2,
+        ...                   use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+        >>> trainer = SDLPTrainer(tiny_random_model("qwen3"), args, train_dataset=rows, processing_class=tok)
+        >>> trainer.remove_callback(PrinterCallback)  # keep the example's output to the result
+        >>> result = trainer.train()
+        >>> result.global_step, result.training_loss > 0
+        (1, True)
     """
 
     def __init__(self, model: Any, args: SDLPConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
