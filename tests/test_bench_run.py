@@ -276,7 +276,7 @@ def test_readme_bench_commands_parse_into_valid_configs():
         args = build_parser().parse_args(shlex.split(command)[1:])
         if args.bench_command == "run":
             config = config_from_args(args)
-            assert config.families == FAMILIES
+            assert tuple(config.families) == FAMILIES
     assert "bias" in section and "| Token-Set Preference (TSP) | 50/50" in section
 
 
