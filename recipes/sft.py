@@ -38,20 +38,29 @@ def sft_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> An
     return dataset.map(convert, remove_columns=dataset.column_names, desc="building SFT rows")
 
 
-def make_parser() -> TrlParser:
-    return TrlParser((DCSArguments, SFTDataArguments, SFTConfig, ModelConfig))
+def make_parser(subparsers: Any = None, prog: str | None = None) -> TrlParser:
+    """The ``TrlParser`` of this recipe: ``DCSArguments`` (script), trl's ``SFTConfig`` (training),
+    ``ModelConfig`` and :class:`SFTDataArguments`. With ``subparsers`` it is added there as ``sft``."""
+    dataclass_types = (DCSArguments, SFTConfig, ModelConfig, SFTDataArguments)
+    if subparsers is not None:
+        return subparsers.add_parser("sft", help="plain SFT baseline on D_H1", dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
 
 
-def main(argv: list[str] | None = None) -> SFTTrainer:
-    data_args, sft_args, config, model_args = make_parser().parse_args_and_config(argv)
+def main(script_args: DCSArguments, training_args: SFTConfig, model_args: ModelConfig,
+         sft_args: SFTDataArguments | None = None) -> SFTTrainer:
+    """Train as parsed by :func:`make_parser`."""
+    sft_args = sft_args or SFTDataArguments()
     model, tokenizer = load_policy(model_args)
-    rows = data_args.load(label=None if sft_args.include_h0 else 1, seed=config.seed)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
+    rows = script_args.load(label=None if sft_args.include_h0 else 1, seed=training_args.seed)
+    trainer = SFTTrainer(model=model, args=training_args,
+                         train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer
 
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())
