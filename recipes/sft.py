@@ -19,6 +19,21 @@ from icw.train.common import DCSArguments, load_policy, save_and_push
 
 @dataclass
 class SFTDataArguments:
+    r"""The ICW part of the SFT baseline's configuration, parsed beside trl's ``SFTConfig``.
+
+    The baseline trains on the same ``D_cs`` rows as SDLP, so Base / +SFT / +RL / +SDLP / +SDLP+RL
+    compare like for like ("Learning to Follow In-Context Watermark Instructions via
+    Self-Distillation", Section 5); see ``trl.SFTConfig`` for the optimisation fields.
+
+    Parameters:
+        > Parameters that control the data
+
+        instruction_template (`str` or `None`, *optional*, defaults to `None`):
+            Custom instruction template in the prompt (`None`: the paper's).
+        include_h0 (`bool`, *optional*, defaults to `False`):
+            Also train on ``D_H0`` rows (query alone -> plain answer).
+    """
+
     instruction_template: str | None = field(
         default=None, metadata={"help": "Custom instruction template in the prompt (default: the paper's)."})
     include_h0: bool = field(

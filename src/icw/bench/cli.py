@@ -36,7 +36,8 @@ class BenchArgumentParser(HfArgumentParser):
     def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
         super().__init__(dataclass_types, **kwargs)
         if self.dataclass_types:
-            self.add_argument("--config", metavar="YAML",
+            # read (and removed) before parsing, so it never reaches the dataclasses' namespace
+            self.add_argument("--config", metavar="YAML", default=argparse.SUPPRESS,
                               help="YAML file (or packaged task name, e.g. icwbench) of option values; "
                                    "command-line flags override it")
 
