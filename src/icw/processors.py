@@ -197,11 +197,12 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
 
     Tip:
         The processor is stateful. Use **one processor per** ``generate`` **call** (or call
-        :meth:`reset` between calls): it starts a fresh state when the sequence length does not
-        follow on from the previous step, but a second call of the same length would continue the
-        old rows. Batch with **left padding** (``tokenizer.padding_side = "left"``), so that every
-        row's new tokens follow its prompt; with right padding the pad tokens sit between prompt
-        and answer. Keys are per row: a key list must have one key per prompt.
+        :meth:`reset` between calls): it restarts only when a step's length does not follow on from
+        the previous step's, so a call whose prompt is the previous output (one token longer than
+        its last step) would silently continue the old rows' state. Batch with **left padding**
+        (``tokenizer.padding_side = "left"``) so that every row's new tokens follow its prompt; with
+        right padding pad tokens sit between prompt and answer. Keys are per row: a key list has
+        one key per prompt, in the batch's order.
 
     Examples:
         >>> import torch
