@@ -7,7 +7,8 @@ in the prompt (:mod:`icw.train.sft`).
 Any field of the YAML can be overridden on the command line (--learning_rate 1e-5).
 """
 
-from icw.train.sft import main
+from icw.train.sft import main, make_parser
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())
