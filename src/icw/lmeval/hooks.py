@@ -56,10 +56,11 @@ def load_icwbench(family: str, dataset: str | None = None, split: str = "test", 
 
     source = dataset or ICWBENCH_ID
     # datasets keys its cache of a local folder by the folder's name and layout, not its content:
-    # a rebuilt (or another) folder of the same name would be read stale, so local folders are re-read
-    mode = "force_redownload" if os.path.isdir(source) else None
+    # a rebuilt (or another) folder of the same name would be read stale (or fail the recorded sizes'
+    # check), so a local folder is re-read every time
+    local = {"download_mode": "force_redownload", "verification_mode": "no_checks"} if os.path.isdir(source) else {}
     try:
-        rows = datasets.load_dataset(source, family, split=split, download_mode=mode)
+        rows = datasets.load_dataset(source, family, split=split, **local)
     except Exception as err:  # noqa: BLE001 - datasets raises many types; say what to pass instead
         raise ValueError(f"icwbench_{family}: cannot read config {family!r}, split {split!r} of {source!r} ({err}); "
                          "build the dataset offline with `icw bench build --out DIR` and pass "
