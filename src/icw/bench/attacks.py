@@ -203,6 +203,36 @@ class EndpointAttack(Attack):
         return out, errors
 
 
+def semantic_utility(sources: Sequence[str], attacked: Sequence[str | None]) -> list[float | None]:
+    """How much of each source an attacked text keeps: sentence chrF (``sacrebleu``) in [0, 1].
+
+    The paper measures utility with P-SP (paraphrastic sentence embeddings), which needs a model
+    from the Hub; chrF (character n-gram F-score, recall weighted with beta = 2) runs offline. It
+    is stricter than P-SP: a faithful paraphrase that changes most words scores well below 1, so
+    compare attacks with each other at the same constraint, not with the paper's P-SP numbers.
+    A missing attacked text (a failed attack) has no utility (``None``).
+
+    Args:
+        sources (`Sequence[str]`): the watermarked answers before the attack (references).
+        attacked (`Sequence[str | None]`): the same answers after the attack.
+
+    Example:
+        >>> semantic_utility(["The cat sat on the mat."], ["The cat sat on the mat."])
+        [1.0]
+        >>> round(semantic_utility(["The cat sat on the mat."], ["A cat was sitting on a mat."])[0], 2)
+        0.21
+    """
+    try:
+        from sacrebleu.metrics import CHRF
+    except ImportError:
+        raise ValueError("the utility score (chrF) needs sacrebleu: pip install 'icw[bench]'") from None
+    if len(sources) != len(attacked):
+        raise ValueError(f"got {len(sources)} sources and {len(attacked)} attacked texts")
+    chrf = CHRF()
+    return [None if text is None else chrf.sentence_score(text, [source]).score / 100.0
+            for source, text in zip(sources, attacked, strict=True)]
+
+
 def make_attack(name: str, client: Any = None, seed: int = 0, rounds: int = 1) -> Attack:
     """``deletion``, ``synonym``, ``paraphrase``, ``back-translation`` or ``summarize-expand``."""
     if name == "deletion":

@@ -5,7 +5,8 @@ Writes into the run directory:
 * ``results.json``: the summary the model-card command reads (format: results_schema);
 * ``report.md``: detection in the layout of the paper's Table 2 (ROC-AUC and TPR@1%FPR per
   family), quality in the layout of Table 3 (perplexity per reference model, the four judge
-  scores and their mean), mean z of positives vs negatives, and AUC after each attack;
+  scores and their mean), mean z of positives vs negatives, AUC after each attack, and the
+  evasion success rate (ESR) of every attack at utility constraints (:func:`evasion`);
 * ``roc_<family>.png`` and ``z_hist_<family>.png`` (matplotlib, Agg backend).
 
 All statistics come from :func:`icw.detection.detection_report` on paired scores.
@@ -62,8 +63,42 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
                 summary["attacks"][attack] = {"roc_auc": got["roc_auc"], "tpr_at_fpr": got["tpr_at_fpr"],
                                               "num_positive": got["num_positive"],
                                               "mean_z_positive": got["mean_z_positive"]}
+        summary["evasion"] = {a: got for a in ["none", *attacks] if (got := evasion(records, family, a))}
         result["families"][family] = summary
     return result
+
+
+#: Utility constraints of the ESR table (the paper's P-SP columns; here chrF, see semantic_utility).
+UTILITY_CONSTRAINTS = (0.6, 0.7, 0.8, 0.9)
+
+
+def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: float = 0.01,
+            constraints: tuple[float, ...] = UTILITY_CONSTRAINTS) -> dict[str, Any] | None:
+    """Evasion success rate of one attack on one family's positives, overall and at utility constraints.
+
+    An attacked answer *evades* when its exact p-value is at least ``alpha`` = 0.01, i.e. it falls
+    below the detection threshold whose false-positive rate on unwatermarked text is 1% by the
+    verifier's null (calibrated by construction, independent of how many negatives the run has).
+    ``esr`` = evaded / attacked; ``esr_at_utility[c]`` = (evaded and utility >= c) / attacked, as in
+    the paper's Table (so it can only fall as the constraint tightens). Utility is
+    :func:`icw.bench.attacks.semantic_utility` (chrF against the unattacked answer); ``attack="none"``
+    gives the baseline (utility 1). Failed attacks (no text) are left out. None if nothing was scored.
+    """
+    from .attacks import semantic_utility
+
+    rows = [r for r in records if r.get("family") == family and r.get("role") == "positive"
+            and r.get("attack", "none") == attack and r.get("p_value") is not None]
+    if not rows:
+        return None
+    evaded = np.array([r["p_value"] >= alpha for r in rows])
+    if attack == "none":
+        utility = np.ones(len(rows))
+    else:
+        utility = np.array(semantic_utility([r.get("source_response") or "" for r in rows],
+                                            [r["response"] for r in rows]), dtype=float)
+    return {"num_attacked": len(rows), "alpha": alpha, "utility": "chrF", "mean_utility": float(utility.mean()),
+            "esr": float(evaded.mean()),
+            "esr_at_utility": {f"{c:g}": float((evaded & (utility >= c)).mean()) for c in constraints}}
 
 
 def _perplexity(quality: list[dict[str, Any]], family: str) -> tuple[float | None, dict[str, float]]:
@@ -140,10 +175,29 @@ def markdown(result: dict[str, Any]) -> str:
                 got = F[f]["attacks"].get(a)
                 cells.append(f"{_fmt(got['roc_auc'])} ({_fmt(got['tpr_at_fpr'], 2)})" if got else "-")
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + " |")
+    lines += _evasion_table(F, fams)
     if result.get("num_failed"):
         lines += ["", f"{result['num_failed']} item(s) failed and are recorded with an `error` field; "
                   "rerun the same `icw bench run` command to retry them."]
     return "\n".join(lines) + "\n"
+
+
+def _evasion_table(F: dict[str, Any], fams: list[str]) -> list[str]:
+    """The ESR-at-utility table (paper, Appendix "Adaptive attack"): every attack that ran, side by side."""
+    rows = [(f, a, e) for f in fams for a, e in F[f].get("evasion", {}).items()]
+    if not any(a != "none" for _, a, _ in rows):
+        return []
+    constraints = list(next(e for _, _, e in rows)["esr_at_utility"])
+    lines = ["", "## Evasion at utility constraints (lower ESR is better for the defender)", "",
+             "ESR: fraction of attacked positives whose exact p-value is >= 0.01 (below the 1%-FPR detection "
+             "threshold); at utility >= c: evaded *and* chrF against the unattacked answer >= c, over all "
+             "attacked positives.", "",
+             "| Family | Attack | n | chrF utility | ESR | " + " | ".join(f"ESR @ utility >= {c}" for c in constraints)
+             + " |", "|---|---|---:|---:|---:|" + "---:|" * len(constraints)]
+    for f, a, e in rows:
+        lines.append(f"| {f.upper()} | {a} | {e['num_attacked']} | {_fmt(e['mean_utility'])} | {_fmt(e['esr'])} | "
+                     + " | ".join(_fmt(e["esr_at_utility"][c]) for c in constraints) + " |")
+    return lines
 
 
 def plot(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> list[Path]:
