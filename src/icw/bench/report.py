@@ -81,10 +81,10 @@ def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: floa
     verifier's null (calibrated by construction, independent of how many negatives the run has).
     ``esr`` = evaded / attacked; ``esr_at_utility[c]`` = (evaded and utility >= c) / attacked, as in
     the paper's Table (so it can only fall as the constraint tightens). Utility is
-    :func:`icw.bench.attacks.semantic_utility` (chrF against the unattacked answer); ``attack="none"``
+    :func:`icw.rewriting.semantic_utility` (chrF against the unattacked answer); ``attack="none"``
     gives the baseline (utility 1). Failed attacks (no text) are left out. None if nothing was scored.
     """
-    from .attacks import semantic_utility
+    from ..rewriting import semantic_utility
 
     rows = [r for r in records if r.get("family") == family and r.get("role") == "positive"
             and r.get("attack", "none") == attack and r.get("p_value") is not None]
