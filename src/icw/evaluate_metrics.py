@@ -46,14 +46,6 @@ def metric_path(name: str) -> str:
     raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
 
 
-def _load_tokenizer(tokenizer: Any) -> Any:
-    if isinstance(tokenizer, str):
-        from .models import load_tokenizer
-
-        return load_tokenizer(tokenizer)
-    return tokenizer
-
-
 def verification_scores(family: str, predictions: Sequence[str], keys: Any, tokenizer: Any = None,
                         alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
     """Verify ``predictions`` against ``keys`` of one family: per-text z and p plus a summary.
@@ -82,7 +74,7 @@ def verification_scores(family: str, predictions: Sequence[str], keys: Any, toke
         if key.family != family:
             raise ValueError(f"key {i} is a {key.family} key but this is the icw_{family} metric: "
                              f"use the icw_{key.family} metric for it")
-    results = verify(predictions, key_list, _load_tokenizer(tokenizer), alpha=alpha)
+    results = verify(predictions, key_list, tokenizer, alpha=alpha)
     z = np.array([r.z_score for r in results], dtype=np.float64)
     flagged = [r.is_watermarked for r in results]
     return {

@@ -266,15 +266,14 @@ def detector(key: Any = None, tokenizer: Any = "qwen3", **kwargs: Any) -> Any:
     from transformers import pipeline
 
     from .keys import as_key
-    from .models import load_tokenizer
+    from .models import resolve_tokenizer
 
     register()
     if tokenizer is None:
         if key is None or as_key(key).tokenizer is None:
             raise ValueError("pass tokenizer=..., or a TSP/WIP key that names its tokenizer")
         tokenizer = as_key(key).tokenizer
-    if isinstance(tokenizer, str):
-        tokenizer = load_tokenizer(tokenizer)
+    tokenizer = resolve_tokenizer(tokenizer)
     return pipeline(TASK, model=tokenizer, key=key, **kwargs)
 
 

@@ -362,10 +362,9 @@ def _text_note(text: str) -> str | None:
 
 
 def _resolve_view(key: ICWKey, tokenizer: Any) -> tuple[Any, VocabularyView]:
-    if tokenizer is None:
-        from .models import load_tokenizer
+    from .models import resolve_tokenizer
 
-        tokenizer = load_tokenizer(key.tokenizer)
+    tokenizer = resolve_tokenizer(key.tokenizer if tokenizer is None else tokenizer)
     return tokenizer, key.check_tokenizer(tokenizer)
 
 
@@ -471,8 +470,9 @@ def verify(
     Args:
         texts: one text or a list of texts.
         keys: one key shared by all texts, or one key per text (families may be mixed).
-        tokenizer: the tokenizer TSP/WIP keys were built for; when omitted, the key's own
-            tokenizer name is loaded (embedded aliases work offline). SA needs none.
+        tokenizer: the tokenizer TSP/WIP keys were built for, or its name (``"qwen3"``, a folder);
+            when omitted, the key's own tokenizer name is loaded (embedded aliases work offline).
+            SA needs none.
         alpha: significance level for ``is_watermarked``.
         highlights: also return the counted spans with character offsets.
         max_chars: texts longer than this raise :class:`TextTooLongError`.

@@ -55,6 +55,10 @@ def _ascii_surface(raw: bytes | str) -> str:
     return "".join(c if ord(c) < 128 else NON_ASCII for c in raw)
 
 
+class UnsupportedTokenizerError(ValueError):
+    """A tokenizer whose decoder icw cannot map to token surfaces (e.g. WordPiece)."""
+
+
 def _decoder_kind(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
@@ -62,14 +66,17 @@ def _decoder_kind(tokenizer) -> str:
             f"{type(tokenizer).__name__} is not a fast (tokenizers-backed) tokenizer; "
             "load it with AutoTokenizer.from_pretrained(...) so icw can read its vocabulary."
         )
-    spec = json.dumps(json.loads(backend.to_str()).get("decoder"))
+    decoder = json.loads(backend.to_str()).get("decoder")
+    spec = json.dumps(decoder)
     if '"ByteLevel"' in spec:
         return "byte_level"
     if '"Metaspace"' in spec or "\\u2581" in spec or "\u2581" in spec:
         return "metaspace"
-    raise NotImplementedError(
-        f"icw supports byte-level BPE and SentencePiece-style tokenizers; the decoder of "
-        f"{getattr(tokenizer, 'name_or_path', tokenizer)!r} is {spec[:120]}."
+    kind = decoder.get("type") if isinstance(decoder, dict) else None
+    raise UnsupportedTokenizerError(
+        f"tokenizer {tokenizer_name(tokenizer)!r} has a {kind or 'missing'} decoder; icw supports byte-level BPE "
+        "tokenizers (GPT-2, Qwen, SmolLM, Llama 3) and SentencePiece-style ones (Metaspace or byte fallback: "
+        "Llama 2, Mistral, T5), not WordPiece (BERT) or others. Use a tokenizer of the model that writes the text."
     )
 
 
@@ -157,6 +164,10 @@ def vocabulary(tokenizer) -> VocabularyView:
     """
     if isinstance(tokenizer, VocabularyView):
         return tokenizer
+    if isinstance(tokenizer, str):
+        from .models import resolve_tokenizer
+
+        tokenizer = resolve_tokenizer(tokenizer)
     try:
         return _CACHE[tokenizer]
     except (KeyError, TypeError):

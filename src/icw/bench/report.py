@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES
 from .quality import JUDGE_DIMENSIONS
 from .runner import QUALITY, RESPONSES, RUN_CONFIG, load_records
@@ -34,7 +35,9 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not (run_dir / RESPONSES).exists():
         raise ValueError(f"{run_dir} has no {RESPONSES}: pass the --out folder of an `icw bench run`")
-    config = json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8")) if (run_dir / RUN_CONFIG).exists() else {}
+    if not isinstance(num_bootstrap, int) or isinstance(num_bootstrap, bool) or num_bootstrap < 1:
+        raise ValueError(f"--num-bootstrap must be a whole number >= 1 (e.g. 1000), got {num_bootstrap!r}")
+    config = read_json_object(run_dir / RUN_CONFIG) if (run_dir / RUN_CONFIG).exists() else {}
     records = load_records(run_dir)
     quality = load_records(run_dir, QUALITY) if (run_dir / QUALITY).exists() else []
     models = sorted({r["model"] for r in records})
