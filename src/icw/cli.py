@@ -8,13 +8,14 @@ printed as one ``icw: error: ...`` line with exit status 2, never as a traceback
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from .jsonl import iter_jsonl
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
 from .verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
@@ -48,38 +49,58 @@ def _positive_int(value: str) -> int:
     return number
 
 
-def _read_file(source: str) -> bytes:
+@contextlib.contextmanager
+def _open_input(source: str) -> Iterator[BinaryIO]:
+    """A binary stream of a text file or standard input, with one-line errors for bad paths."""
+    if source == "-":
+        yield sys.stdin.buffer
+        return
     try:
-        return Path(source).read_bytes()
+        fh = open(source, "rb")  # noqa: SIM115 (closed below; the errors need the open call alone)
     except FileNotFoundError:
         raise ValueError(f"{source}: no such file (pass text files, or - for standard input)") from None
     except IsADirectoryError:
         raise ValueError(f"{source} is a directory: pass the text files in it (e.g. {source}/*.txt)") from None
     except OSError as err:
         raise ValueError(f"cannot read {source}: {err.strerror or err}") from None
+    with fh:
+        yield fh
+
+
+def _too_long(name: str, max_chars: int) -> ValueError:
+    return ValueError(f"{name} has more than {max_chars:,} characters (--max-chars). Split it into passages "
+                      "(e.g. one per JSON Lines record with --jsonl), or raise --max-chars.")
 
 
 def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    sources = args.files or ["-"]
-    for source in sources:
-        raw = sys.stdin.buffer.read() if source == "-" else _read_file(source)
-        try:
-            content = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{'standard input' if source == '-' else source} is not UTF-8 text") from None
-        if not args.jsonl:
-            yield source, content
-            continue
-        for number, line in enumerate(content.splitlines(), 1):
-            if not line.strip():
-                continue
+    """``(source, text)`` pairs, read with a bound: never more than about ``--max-chars`` per text is
+    held, so an endless input (``/dev/zero``) ends in an error, not in exhausted memory."""
+    for source in args.files or ["-"]:
+        name = "standard input" if source == "-" else source
+        with _open_input(source) as fh:
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{source}:{number}: not JSON ({err.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                raise ValueError(f"{source}:{number}: expected an object with a string 'text' field")
-            yield f"{source}:{number}", row["text"]
+                if not args.jsonl:
+                    raw = fh.read(4 * args.max_chars + 1)  # UTF-8 takes at most 4 bytes per character
+                    if len(raw) > 4 * args.max_chars:
+                        raise _too_long(name, args.max_chars)
+                    try:
+                        yield source, raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise ValueError(f"{name} is not UTF-8 text") from None
+                    continue
+                # a JSON string escapes a character in at most 12 bytes (a surrogate pair); room for other fields
+                bound = 12 * args.max_chars + 65536
+                for number, row in iter_jsonl(fh, name=name, max_line_bytes=bound, on_torn=_note_torn):
+                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                        raise ValueError(f"{name}:{number}: expected an object with a string 'text' field")
+                    yield f"{source}:{number}", row["text"]
+            except OSError as err:  # e.g. reading a directory given as standard input
+                raise ValueError(f"cannot read {name}: {err.strerror or err}") from None
+
+
+def _note_torn(name: str, number: int) -> None:
+    print(f"icw: note: {name}:{number}: skipped an incomplete last line (no newline, not valid JSON)",
+          file=sys.stderr)
 
 
 def _detect(args: argparse.Namespace) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..jsonl import loads, read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES, ICWKey, check_family
 
 #: Key seeds of test rows start here, train rows at TRAIN_SEED_START: disjoint for < 1,000,000 rows.
@@ -73,6 +74,11 @@ class BenchBuildConfig:
             raise ValueError("--num-test must be at least 1")
         if (self.num_test or 0) > TRAIN_SEED_START - TEST_SEED_START:
             raise ValueError(f"--num-test above {TRAIN_SEED_START - TEST_SEED_START:,} would overlap the train seeds")
+        if "tsp" in self.families:  # the key's own checks, before anything is read or written
+            try:
+                ICWKey("tsp", 0, gamma=self.gamma, pool_size=self.pool_size, tokenizer="-", vocab="-")
+            except ValueError as err:
+                raise ValueError(f"--gamma/--pool-size: {err}") from None
 
 
 # --------------------------------------------------------------------------- queries
@@ -83,18 +89,21 @@ def read_questions(path: str | Path) -> list[tuple[str, str]]:
         raise FileNotFoundError(f"question file {path} not found")
     name = "icw-questions" if path.resolve() == bundled_questions_path() else path.stem
     out: list[tuple[str, str]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        content = path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"question file {path} is not UTF-8 text") from None
+    # split on "\n" only: str.splitlines() would also cut at U+2028/U+2029/U+0085 inside a question
+    for number, line in enumerate(content.split("\n"), 1):
         line = line.strip()
         if not line:
             continue
         if line.startswith("{"):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-            text = row.get("question", row.get("query")) if isinstance(row, dict) else None
+            row = loads(line, f"{path}:{number}")
+            text = next((row[c] for c in ("question", "query", "title") if c in row), None) \
+                if isinstance(row, dict) else None
             if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{path}:{number}: expected a string 'question' or 'query' field")
+                raise ValueError(f"{path}:{number}: expected a string 'question' (or 'query', 'title') field")
             out.append((text.strip(), f"{name}:{row.get('id', number - 1)}"))
         else:
             out.append((line, f"{name}:{number - 1}"))
@@ -203,10 +212,12 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
     tokenizer = load_tokenizer(config.tokenizer)
     settings = {**asdict(config), "out": None, "families": list(config.families),
                 "queries": hashlib.sha256(json.dumps([test_q, train_q]).encode()).hexdigest()[:16]}
+    for family in config.families:  # one key per family now: a bad setting fails before the folder exists
+        build_rows(family, "test", test_q[:1], tokenizer, config.pool_size, config.gamma)
     done: dict[str, Any] = {}
     record = out / _BUILD_FILE
     if record.is_file():
-        previous = json.loads(record.read_text(encoding="utf-8"))
+        previous = read_json_object(record)
         if previous.get("settings") == settings:
             done = previous.get("written", {})
     out.mkdir(parents=True, exist_ok=True)

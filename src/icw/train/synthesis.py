@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..generation import chat_prompt, generate_responses
+from ..jsonl import JSONLError, append_jsonl, iter_jsonl
 from ..keys import DEFAULT_DELTA, FAMILIES, ICWKey
 from ..verification import verify
 
@@ -113,11 +114,11 @@ def read_queries(config: SynthesisConfig) -> list[str]:
         path = Path(config.queries_file)
         if not path.exists():
             raise FileNotFoundError(f"queries_file {path} does not exist")
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if path.suffix in (".jsonl", ".json"):
-            rows = [json.loads(line) for line in lines]
-            return [str(r.get("query") or r.get("question") or r.get("title")) for r in rows]
-        return [line.strip() for line in lines]
+            from ..bench.dataset import read_questions
+
+            return [query for query, _ in read_questions(path)]
+        return [line.strip() for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
     if config.dataset_name:
         from datasets import load_dataset
 
@@ -224,33 +225,32 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
     (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
     bar = tqdm(total=len(todo), desc="synthesizing D_cs", disable=not state.is_local_main_process)
-    with log.open("a", encoding="utf-8") as sink:
-        for family in config.families:
-            for label in (1, 0):
-                group = [it for it in todo if it["family"] == family and it["label"] == label]
-                if not group:
-                    continue
-                keys = [training_key(family, it["seed"], tokenizer, config) for it in group]
+    # rows are appended through icw.jsonl: whole lines, locked, fsynced (resumable after a kill)
+    for family in config.families:
+        for label in (1, 0):
+            group = [it for it in todo if it["family"] == family and it["label"] == label]
+            if not group:
+                continue
+            keys = [training_key(family, it["seed"], tokenizer, config) for it in group]
 
-                def save(indices: list[int], answers: list[str], group=group, keys=keys, label=label) -> None:
-                    rows = [group[i] for i in indices]
-                    row_keys = [keys[i] for i in indices]
-                    zs = [r.z_score for r in verify(answers, row_keys, tokenizer, num_null_keys=1)]
-                    ppl = (perplexities(model, tokenizer, [r["query"] for r in rows], answers) if config.perplexity
-                           else [None] * len(rows))
-                    for row, key, answer, z, p in zip(rows, row_keys, answers, zs, ppl, strict=True):
-                        record = {"id": row["id"], "family": row["family"], "key": key.to_string(),
-                                  "query": row["query"], "response": answer, "label": label, "z": float(z),
-                                  "perplexity": p}
-                        sink.write(json.dumps(record) + "\n")
-                        done[row["id"]] = record
-                    sink.flush()
-                    bar.update(len(rows))
+            def save(indices: list[int], answers: list[str], group=group, keys=keys, label=label) -> None:
+                rows = [group[i] for i in indices]
+                row_keys = [keys[i] for i in indices]
+                zs = [r.z_score for r in verify(answers, row_keys, tokenizer, num_null_keys=1)]
+                ppl = (perplexities(model, tokenizer, [r["query"] for r in rows], answers) if config.perplexity
+                       else [None] * len(rows))
+                records = [{"id": row["id"], "family": row["family"], "key": key.to_string(),
+                            "query": row["query"], "response": answer, "label": label, "z": float(z),
+                            "perplexity": p}
+                           for row, key, answer, z, p in zip(rows, row_keys, answers, zs, ppl, strict=True)]
+                append_jsonl(log, records)
+                done.update((r["id"], r) for r in records)
+                bar.update(len(rows))
 
-                generate_responses(model, tokenizer, [it["query"] for it in group], keys,
-                                   mode="bias" if label else "plain", delta=config.delta(family),
-                                   max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
-                                   seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save)
+            generate_responses(model, tokenizer, [it["query"] for it in group], keys,
+                               mode="bias" if label else "plain", delta=config.delta(family),
+                               max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
+                               seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save)
     bar.close()
     state.wait_for_everyone()
     rows = list(_read_logs(out).values())  # earlier runs into the same folder (e.g. one family at a time) are kept
@@ -265,10 +265,15 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
 
 
 def _read_logs(out: Path) -> dict[str, dict[str, Any]]:
+    """Rows already generated, by id; a torn last line (an interrupted run) is skipped and regenerated."""
     done: dict[str, dict[str, Any]] = {}
     for log in sorted(out.glob("rows*.jsonl")):
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["id"]] = row
+        for number, row in iter_jsonl(log, on_torn=_note_torn):
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+                raise JSONLError(f"{log}:{number}: expected an object with a string 'id' field")
+            done[row["id"]] = row
     return done
+
+
+def _note_torn(name: str, number: int) -> None:
+    print(f"note: {name}:{number}: skipped an incomplete last line (interrupted run); it is regenerated")
