@@ -38,6 +38,24 @@ def _row_index(num_keys: int, rows: int) -> torch.Tensor | None:
     return torch.arange(num_keys).repeat_interleave(rows // num_keys)
 
 
+def check_key_rows(num_keys: int, input_ids: torch.Tensor) -> None:
+    """At the first step of a generation, refuse keys that map onto rows of different prompts.
+
+    With ``k`` keys and ``r`` rows each key covers ``r / k`` consecutive rows, which at the first
+    step must be copies of one prompt (``num_return_sequences`` or beams). 3 keys for 2 prompts
+    with 3 returned sequences each (6 rows) would otherwise give one key to rows of two prompts.
+    """
+    rows = input_ids.shape[0]
+    if num_keys in (1, rows) or rows % num_keys:
+        return  # one shared key, one key per row, or an uneven split (refused by _row_index)
+    groups = input_ids.reshape(num_keys, rows // num_keys, -1)
+    bad = (groups != groups[:, :1]).any(dim=-1).any(dim=-1).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(f"got {num_keys} keys for a batch of {rows} rows: key {bad[0]} would cover rows of "
+                         f"different prompts. Pass one key per prompt (each covers its num_return_sequences "
+                         f"copies) or one key per row")
+
+
 class _BiasCache:
     """A ``(num_keys, vocab)`` table moved and padded to the logits' device, dtype and width once."""
 
@@ -65,8 +83,12 @@ class _StaticBiasLogitsProcessor(LogitsProcessor):
         view = self.keys[0].check_tokenizer(tokenizer)
         table = np.stack([green_mask(k, view) for k in self.keys]).astype(np.float32) * self.delta
         self._bias = _BiasCache(table)
+        self._length = -1
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[1] <= self._length or self._length < 0:  # a generation starts: rows are prompts
+            check_key_rows(len(self.keys), input_ids)
+        self._length = input_ids.shape[1]
         bias = self._bias.get(scores)
         index = _row_index(len(self.keys), scores.shape[0])
         return scores + (bias if index is None else bias[index.to(scores.device)])
@@ -151,6 +173,7 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows, length = input_ids.shape
         if length != self._length + 1 or rows != len(self.rows):
+            check_key_rows(len(self.keys), input_ids)
             self._start(rows)  # first step of a generation: the whole input is the prompt
         else:
             for row, token in zip(self.rows, input_ids[:, -1].tolist(), strict=True):
