@@ -8,8 +8,8 @@ UTF-8 cannot hold), and :func:`iter_jsonl` never splits anywhere but at ``"\\n"`
 Appends are whole lines written under a :mod:`filelock` lock and fsynced, so several
 processes can append to one file and a killed writer leaves at most one torn last line. A
 torn **last** line (no newline, not valid JSON) is skipped with a :class:`TornLineWarning`,
-so a resumed run regenerates that record; a malformed line anywhere else raises
-:class:`JSONLError` naming the file and line.
+so a resumed run regenerates that record (the next append cuts it off); a malformed line
+anywhere else raises :class:`JSONLError` naming the file and line.
 
 Example:
     >>> import tempfile, pathlib
@@ -119,8 +119,8 @@ def read_jsonl(path: str | os.PathLike, **kwargs: Any) -> list[tuple[int, Any]]:
 def append_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
     """Append ``rows`` as whole lines, under an inter-process lock, and fsync.
 
-    A torn last line left by a killed writer is closed with a newline first, so it stays one
-    bad line instead of swallowing the next record.
+    A torn last line left by a killed writer (no newline, not valid JSON) is cut off first: the
+    readers skipped it, so its record is being regenerated, and the file stays valid throughout.
     """
     data = "".join(dumps(row) + "\n" for row in rows).encode("utf-8")
     if not data:
@@ -128,15 +128,32 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"), open(path, "ab+") as fh:
+        start, tail = _last_line(fh)
+        if tail:
+            try:
+                json.loads(tail)
+                data = b"\n" + data  # a complete record that only lacks its newline: keep it
+            except (ValueError, RecursionError):
+                fh.truncate(start)
         fh.seek(0, os.SEEK_END)
-        if fh.tell() > 0:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                data = b"\n" + data
-            fh.seek(0, os.SEEK_END)
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _last_line(fh: IO[bytes], chunk: int = 1 << 16) -> tuple[int, bytes]:
+    """Offset and bytes of the text after the file's last newline (``b""`` when it ends in one)."""
+    end = fh.seek(0, os.SEEK_END)
+    pos, tail = end, b""
+    while pos > 0:
+        step = min(chunk, pos)
+        pos -= step
+        fh.seek(pos)
+        tail = fh.read(step) + tail
+        cut = tail.rfind(b"\n")
+        if cut >= 0:
+            return pos + cut + 1, tail[cut + 1:]
+    return 0, tail
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:

@@ -227,8 +227,8 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
         for split, queries in (("test", test_q), ("train", train_q)):
             path = out / family / f"{split}-00000-of-00001.parquet"
             counts[family][split] = len(queries)
-            if done.get(f"{family}/{split}") == len(queries) and path.is_file():
-                continue
+            if not queries or (done.get(f"{family}/{split}") == len(queries) and path.is_file()):
+                continue  # an empty split (--num-train 0) has no file; the card lists only written splits
             _write_parquet(build_rows(family, split, queries, tokenizer, config.pool_size, config.gamma, progress),
                            path, progress)
             done[f"{family}/{split}"] = len(queries)
