@@ -247,7 +247,6 @@ def test_tokenizer_names_are_accepted_everywhere(qwen3):
 
 # --------------------------------------------------------------------- 6. bounded input
 def test_detect_reads_an_endless_input_with_a_bound():
-    start = time.time()
     assert_user_error(icw("detect", "--key", SA_KEY, "/dev/zero", timeout=60), "/dev/zero has more than 100,000")
     assert_user_error(icw_main("detect", "--jsonl", "--key", SA_KEY, "--max-chars", 1000, "/dev/zero"),
                       "/dev/zero:1: line longer than")
@@ -255,7 +254,6 @@ def test_detect_reads_an_endless_input_with_a_bound():
         got = subprocess.run([sys.executable, "-m", "icw.cli", "detect", "--key", SA_KEY, "--max-chars", "50"],
                              stdin=zero, capture_output=True, text=True, env=ENV, timeout=60)
     assert_user_error(got, "standard input has more than 50 characters")
-    assert time.time() - start < 60
 
 
 # ------------------------------------------------------------- 7. validate, then write
@@ -344,7 +342,7 @@ from icw.bench.runner import ResultStore
 store = ResultStore(sys.argv[1])
 for i in range(int(sys.argv[3])):
     store.append([{"model": "m", "family": "sa", "id": f"{sys.argv[2]}-{i}", "role": role, "attack": "none",
-                   "response": "x" * 5000 + "\\u2028" + str(i), "z_score": float(i)} for role in ("positive", "negative")])
+                   "text": "Some text. " * 500 + "\\u2028" + str(i), "z_score": float(i)} for role in ("positive", "negative")])
 """
 
 
