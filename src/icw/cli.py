@@ -80,8 +80,10 @@ def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         with _open_input(source) as fh:
             try:
                 if not args.jsonl:
-                    raw = fh.read(4 * args.max_chars + 1)  # UTF-8 takes at most 4 bytes per character
-                    if len(raw) > 4 * args.max_chars:
+                    # UTF-8 takes at most 4 bytes per character; below 1 MiB, read it all for an exact count
+                    bound = max(4 * args.max_chars, 1 << 20)
+                    raw = fh.read(bound + 1)
+                    if len(raw) > bound:
                         raise _too_long(name, args.max_chars)
                     try:
                         yield source, raw.decode("utf-8")

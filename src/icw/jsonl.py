@@ -7,9 +7,9 @@ UTF-8 cannot hold), and :func:`iter_jsonl` never splits anywhere but at ``"\\n"`
 
 Appends are whole lines written under a :mod:`filelock` lock and fsynced, so several
 processes can append to one file and a killed writer leaves at most one torn last line. A
-torn **last** line (no newline, not valid JSON) is skipped with a :class:`TornLineWarning`,
-so a resumed run regenerates that record (the next append cuts it off); a malformed line
-anywhere else raises :class:`JSONLError` naming the file and line.
+torn **last** line (a record begun with ``{`` or ``[``, no newline, not valid JSON) is skipped
+with a :class:`TornLineWarning`, so a resumed run regenerates that record (the next append cuts
+it off); a malformed line anywhere else raises :class:`JSONLError` naming the file and line.
 
 Example:
     >>> import tempfile, pathlib
@@ -104,7 +104,7 @@ def iter_jsonl(source: str | os.PathLike | IO[bytes], *, name: str | None = None
         try:
             value = loads(line, f"{name}:{number}")
         except JSONLError:
-            if on_torn is not None and not line.endswith(b"\n") and not source.read(1):
+            if on_torn is not None and not line.endswith(b"\n") and _is_torn(line) and not source.read(1):
                 on_torn(name, number)
                 return
             raise
@@ -129,16 +129,26 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"), open(path, "ab+") as fh:
         start, tail = _last_line(fh)
-        if tail:
-            try:
-                json.loads(tail)
-                data = b"\n" + data  # a complete record that only lacks its newline: keep it
-            except (ValueError, RecursionError):
+        if tail.strip():
+            if _is_torn(tail):
                 fh.truncate(start)
+            else:
+                data = b"\n" + data  # a complete record that only lacks its newline: keep it
         fh.seek(0, os.SEEK_END)
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _is_torn(line: bytes) -> bool:
+    """An unterminated last line that began a record but is not valid JSON (its writer was killed)."""
+    if line.lstrip()[:1] not in (b"{", b"["):
+        return False
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return True
+    return False
 
 
 def _last_line(fh: IO[bytes], chunk: int = 1 << 16) -> tuple[int, bytes]:
