@@ -181,3 +181,46 @@ def benchmark_model(name: str, device: str = "cpu", dtype: str | None = None) ->
     if name in QWEN3_SHAPES:
         return random_model(name, device=device, dtype=torch_dtype)
     return load_model(name, dtype=torch_dtype, device=device)
+
+
+#: Key seeds of the power and detection-curve benchmarks: disjoint from the audit's and ICWBench's.
+ANSWER_SEED_START = 3_000_000
+
+
+def biased_answers(family: str, num: int, max_new_tokens: int, cache: str | Path | None = None,
+                   batch_size: int = 20, delta: float | None = None) -> list[tuple[str, str]]:
+    """``num`` logit-biased SmolLM2-135M-Instruct answers to the bundled questions, each under a fresh
+    key (seeds from :data:`ANSWER_SEED_START`), as ``(key string, answer)``. Generated once and kept
+    in ``cache`` (JSON Lines) when given: generation dominates these benchmarks on CPU."""
+    import json
+
+    from icw.bench.dataset import bundled_questions_path, read_questions
+    from icw.generation import generate_responses
+    from icw.keys import ICWKey
+    from icw.models import load_model
+
+    path = Path(cache) if cache else None
+    if path is not None and path.exists():
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if len(rows) >= num and all(r["max_new_tokens"] == max_new_tokens for r in rows):
+            return [(r["key"], r["answer"]) for r in rows[:num]]
+    model, tok = load_model("smollm2")
+    questions = [q for q, _ in read_questions(bundled_questions_path())]
+    queries = [questions[i % len(questions)] for i in range(num)]
+    keys = [ICWKey.create(family, seed=ANSWER_SEED_START + i, tokenizer=tok if family != "sa" else None)
+            for i in range(num)]
+    answers = generate_responses(model, tok, queries, keys, "bias", delta=delta, max_new_tokens=max_new_tokens,
+                                 batch_size=batch_size, progress=f"{family} answers")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"key": k.to_string(), "answer": a, "max_new_tokens": max_new_tokens})
+                                + "\n" for k, a in zip(keys, answers, strict=True)), encoding="utf-8")
+    return [(k.to_string(), a) for k, a in zip(keys, answers, strict=True)]
+
+
+def truncate_tokens(tokenizer: Any, text: str, num_tokens: int) -> str:
+    """``text`` cut after its ``num_tokens``-th token (the whole text when it is shorter)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if len(enc["input_ids"]) <= num_tokens:
+        return text
+    return text[: enc["offset_mapping"][num_tokens - 1][1]]

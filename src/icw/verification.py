@@ -8,9 +8,14 @@ p-value that is valid under that null:
   ``T`` is a uniform random ``|T|``-subset of ``P``, so under H0 (text independent of the
   key) ``X ~ Hypergeometric(|P|, |T|, n)`` exactly.
 * **WIP**: ``X`` = unique word-initial tokens whose first letter is in ``L``, ``n`` = unique
-  word-initial tokens, ``p0 = sum_{a in L} f_a`` (vocabulary letter fractions). The exact
-  p-value is ``P(X' >= X)`` over uniformly random ``|L|``-letter keys given the text's 26
-  letter counts (a small dynamic program): valid whatever the text's letter frequencies.
+  word-initial tokens, ``p0 = sum_{a in L} f_a`` (vocabulary letter fractions) for the paper's z.
+  The decision statistic is the excess over English, ``D = sum_{a in L} (c_a - n e_a)`` with
+  ``c_a`` the text's unique word-initial tokens starting with ``a`` and ``e_a`` the first-letter
+  distribution of English words (:func:`english_initial_frequencies`); its exact p-value is
+  ``P(D' >= D)`` over all ``C(26, |L|)`` keys on the same text (a dynamic program over the 26
+  letters): valid whatever the text's letter frequencies, and more powerful than ranking keys
+  by ``X`` (``benchmarks/wip_power.py``), because a key of letters that are frequent in English
+  no longer scores as high as the answer's key.
 * **SA**: ``X = LCS(S, Phi(y))``; the paper's z uses the mean and sample sd of the LCS over
   ``N = 1000`` random permutations of ``Phi(y)``. The p-value is a Monte Carlo estimate of
   ``P(LCS(S', Phi(y)) >= X)`` over random secrets ``S'`` drawn like keys, reported as
@@ -28,10 +33,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,12 +57,14 @@ SMALL_SAMPLE = 20
 
 STATISTICS = {
     "tsp": "X = number of distinct tokens of the text (within the candidate pool P) that are in the green set T",
-    "wip": "X = number of distinct word-initial tokens whose first letter is a green letter",
+    "wip": "D = sum over the green letters a of (c_a - n e_a), in steps of 0.05: c_a distinct word-initial tokens "
+           "starting with a, n all of them, e_a the English word-initial letter distribution; z_score is the "
+           "paper's z of X = sum of c_a over the green letters",
     "sa": "X = length of the longest common subsequence of the secret and the sentence-initial letters",
 }
 NULL_HYPOTHESES = {
     "tsp": "the text is independent of the key: T is a uniform random subset of P, so X ~ Hypergeometric(|P|, |T|, n)",
-    "wip": "the text is independent of the key: the green letters are a uniform random subset of the alphabet",
+    "wip": "the text is independent of the key: the green letters are a uniform random |L|-subset of the alphabet",
     "sa": "the text is independent of the key: the secret is a random string from the key's letter pool",
 }
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
@@ -180,6 +189,99 @@ def _key_null_tails(counts: np.ndarray, letters: np.ndarray, x: np.ndarray) -> n
         ways[:, 1:, pad:] += windows[rows, :, pad - c]
     below = np.where(np.arange(width)[None, :] < x[:, None], ways[rows, letters, pad:], 0.0).sum(1)
     return (total - below) / total
+
+
+#: The WIP decision statistic's per-letter scores are rounded to this step (in words), so that
+#: its exact key-null distribution is an integer knapsack (0.05 words: no measurable power lost).
+WIP_SCORE_STEP = 0.05
+
+
+@lru_cache(maxsize=1)
+def english_initial_frequencies() -> np.ndarray:
+    """``e_a``: the first-letter distribution of distinct English words (26 floats, A-Z, summing to 1).
+
+    Estimated from gensim's human English (news and Wikipedia; each distinct word of a passage counted
+    once, as the verifier counts word-initial tokens) by ``scripts/make_reference_data.py``, shipped as
+    ``icw/data/english_initials.json``. It only sets the WIP statistic's power: its p-value is exact
+    under the key-null whatever these numbers are.
+
+    Example:
+        >>> f = english_initial_frequencies()
+        >>> round(float(f.sum()), 6), bool(f[0] > f[25])
+        (1.0, True)
+    """
+    data = json.loads((Path(__file__).parent / "data" / "english_initials.json").read_text(encoding="utf-8"))
+    freqs = np.array([data["frequencies"][c] for c in ALPHABET], dtype=np.float64)
+    freqs /= freqs.sum()
+    freqs.flags.writeable = False
+    return freqs
+
+
+def wip_letter_scores(counts: np.ndarray) -> np.ndarray:
+    """Per-letter scores of the WIP decision statistic, ``round((c_a - n e_a) / WIP_SCORE_STEP)``.
+
+    Args:
+        counts: ``(B, 26)`` (or ``(26,)``) unique word-initial tokens per first letter of each text.
+
+    Returns:
+        Integer scores of the same shape; ``D`` of a key is the sum of its letters' scores (times the step).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum(-1, keepdims=True)
+    return np.rint((counts - n * english_initial_frequencies()) / WIP_SCORE_STEP).astype(np.int64)
+
+
+def wip_excess_test(counts: np.ndarray, green: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The WIP decision statistic ``D`` and its exact key-null p-value for a batch.
+
+    ``D = sum_{a in L} (c_a - n e_a)`` (per-letter terms rounded to :data:`WIP_SCORE_STEP`); the
+    p-value is ``P(D' >= D)`` over all ``C(26, |L|)`` keys ``L'`` on the same text, by the knapsack
+    of :func:`wip_key_null_sf` on the scores shifted to be non-negative (every key has ``|L|``
+    letters, so a shift moves all sums alike).
+
+    Args:
+        counts: ``(B, 26)`` letter counts of the texts (see :func:`wip_letter_counts`).
+        green: ``(B, 26)`` booleans, the key's letters per text.
+
+    Returns:
+        ``(D, p)``: two ``(B,)`` float arrays.
+
+    Example:
+        >>> counts = np.zeros(26, int); counts[[0, 1, 2]] = 10  # a text of A, B and C words only
+        >>> green = np.zeros(26, bool); green[[1, 2]] = True     # a 2-letter key: B and C
+        >>> d, p = wip_excess_test(counts[None], green[None])
+        >>> round(float(p[0]), 4) == round(1 / 325, 4)  # only BC scores as high: 1 of C(26, 2) keys
+        True
+    """
+    scores = wip_letter_scores(np.atleast_2d(counts))
+    green = np.atleast_2d(np.asarray(green, dtype=bool))
+    letters = green.sum(1)
+    observed = np.where(green, scores, 0).sum(1)
+    shift = scores.min(1)
+    p = wip_key_null_sf(scores - shift[:, None], letters, observed - letters * shift)
+    p = np.where(np.atleast_2d(counts).sum(1) > 0, p, 1.0)  # nothing scored: no evidence
+    return observed * WIP_SCORE_STEP, np.atleast_1d(p)
+
+
+def wip_letter_counts(texts: str | list[str], tokenizer: Any) -> np.ndarray:
+    """``(B, 26)`` counts of the unique word-initial tokens (``V_en^word``) of each text, by first
+    letter: all a WIP verifier reads of a text, shared by every WIP key of that tokenizer.
+
+    Example:
+        >>> from icw.models import load_tokenizer
+        >>> int(wip_letter_counts(["Apples and avocados, bananas."], load_tokenizer("gpt2"))[0, 0])
+        2
+    """
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    view = vocabulary(tokenizer)
+    out = np.zeros((len(texts), 26), dtype=np.int64)
+    if not texts:
+        return out
+    for row, ids in zip(out, tokenizer(texts, add_special_tokens=False)["input_ids"], strict=True):
+        arr = np.unique(np.asarray(ids, dtype=np.int64))
+        arr = arr[(arr >= 0) & (arr < view.size)]
+        row += np.bincount(view.word_letter[arr[view.is_word[arr]]].astype(np.int64), minlength=26)
+    return out
 
 
 def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray, draws: np.ndarray) -> np.ndarray:
@@ -393,7 +495,7 @@ def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean:
 def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
                         text: str, alpha: float) -> tuple[VerificationResult, tuple]:
     """Score one text; the exact p-value is left to the caller, who computes the tails of a whole
-    batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, |L|, x)`` (WIP)."""
+    batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, 26 key letters)`` (WIP)."""
     scored, green = scored_mask(key, view), green_mask(key, view)
     arr = np.asarray(ids, dtype=np.int64)
     arr = arr[(arr >= 0) & (arr < view.size)]
@@ -410,8 +512,11 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
         letters = [ord(c) - 65 for c in key.green_letters]
         p0 = float(view.letter_fractions[letters].sum())
         counts = np.bincount(view.word_letter[unique].astype(np.int64), minlength=26)
-        p, tail = float("nan"), (counts, key.num_letters, x)
-        method = f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys"
+        green_letters = np.zeros(26, dtype=bool)
+        green_letters[letters] = True
+        p, tail = float("nan"), (counts, green_letters)
+        method = (f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys "
+                  f"(knapsack over the 26 letters)")
     highlights = None
     if offsets is not None:
         labels = _LABELS[key.family]
@@ -510,8 +615,8 @@ def verify(
             x, pool, size, n = np.array(list(tails["tsp"].values())).T
             p_values.update(zip(tails["tsp"], np.where(n > 0, hypergeom_tails(x, pool, size, n), 1.0), strict=True))
         if tails["wip"]:
-            counts, letters, x = (np.array(v) for v in zip(*tails["wip"].values(), strict=True))
-            p_values.update(zip(tails["wip"], wip_key_null_sf(counts, letters, x), strict=True))  # n = 0: p = 1
+            counts, green = (np.array(v) for v in zip(*tails["wip"].values(), strict=True))
+            p_values.update(zip(tails["wip"], wip_excess_test(counts, green)[1], strict=True))
         for i, p in p_values.items():
             results[i].p_value = min(float(p), 1.0)
             results[i].is_watermarked = results[i].p_value <= alpha
