@@ -188,10 +188,10 @@ ANSWER_SEED_START = 3_000_000
 
 
 def biased_answers(family: str, num: int, max_new_tokens: int, cache: str | Path | None = None,
-                   batch_size: int = 20, delta: float | None = None) -> list[tuple[str, str]]:
+                   batch_size: int = 30, delta: float | None = None) -> list[tuple[str, str]]:
     """``num`` logit-biased SmolLM2-135M-Instruct answers to the bundled questions, each under a fresh
-    key (seeds from :data:`ANSWER_SEED_START`), as ``(key string, answer)``. Generated once and kept
-    in ``cache`` (JSON Lines) when given: generation dominates these benchmarks on CPU."""
+    key (seeds from :data:`ANSWER_SEED_START`), as ``(key string, answer)``. Kept in ``cache`` (JSON
+    Lines) batch by batch when given, so a rerun resumes: generation dominates on CPU."""
     import json
 
     from icw.bench.dataset import bundled_questions_path, read_questions
@@ -200,22 +200,41 @@ def biased_answers(family: str, num: int, max_new_tokens: int, cache: str | Path
     from icw.models import load_model
 
     path = Path(cache) if cache else None
+    done: dict[int, str] = {}
     if path is not None and path.exists():
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if len(rows) >= num and all(r["max_new_tokens"] == max_new_tokens for r in rows):
-            return [(r["key"], r["answer"]) for r in rows[:num]]
-    model, tok = load_model("smollm2")
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else None
+            if row and row["max_new_tokens"] == max_new_tokens and row["family"] == family:
+                done[row["index"]] = row["answer"]
     questions = [q for q, _ in read_questions(bundled_questions_path())]
-    queries = [questions[i % len(questions)] for i in range(num)]
-    keys = [ICWKey.create(family, seed=ANSWER_SEED_START + i, tokenizer=tok if family != "sa" else None)
+    tok = None
+    todo = [i for i in range(num) if i not in done]
+    if todo:
+        model, tok = load_model("smollm2")
+    keys = [ICWKey.create(family, seed=ANSWER_SEED_START + i, tokenizer=(tok or _smollm2()) if family != "sa" else None)
             for i in range(num)]
-    answers = generate_responses(model, tok, queries, keys, "bias", delta=delta, max_new_tokens=max_new_tokens,
-                                 batch_size=batch_size, progress=f"{family} answers")
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps({"key": k.to_string(), "answer": a, "max_new_tokens": max_new_tokens})
-                                + "\n" for k, a in zip(keys, answers, strict=True)), encoding="utf-8")
-    return [(k.to_string(), a) for k, a in zip(keys, answers, strict=True)]
+
+    def save(batch: list[int], answers: list[str]) -> None:
+        for j, answer in zip(batch, answers, strict=True):
+            done[todo[j]] = answer
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as out:
+                out.writelines(json.dumps({"family": family, "index": todo[j], "key": keys[todo[j]].to_string(),
+                                           "answer": a, "max_new_tokens": max_new_tokens}) + "\n"
+                               for j, a in zip(batch, answers, strict=True))
+
+    if todo:
+        generate_responses(model, tok, [questions[i % len(questions)] for i in todo], [keys[i] for i in todo], "bias",
+                           delta=delta, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                           progress=f"{family} answers", on_batch=save)
+    return [(keys[i].to_string(), done[i]) for i in range(num)]
+
+
+def _smollm2() -> Any:
+    from icw.models import load_tokenizer
+
+    return load_tokenizer("smollm2")
 
 
 def truncate_tokens(tokenizer: Any, text: str, num_tokens: int) -> str:

@@ -6,7 +6,7 @@ Keys (:class:`ICWKey`) render ICW instructions, build the logit bias that imitat
 
 from .keys import DEFAULT_DELTA, FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .text import sentence_initials
-from .verification import TextTooLongError, VerificationResult, verify
+from .verification import MultiKeyResult, TextTooLongError, VerificationResult, verify, verify_keys
 from .vocab import vocabulary
 
 __version__ = "0.1.0"
@@ -17,10 +17,12 @@ __all__ = [
     "ICWKey",
     "ICWKeyError",
     "KeyMismatchError",
+    "MultiKeyResult",
     "TextTooLongError",
     "VerificationResult",
     "sentence_initials",
     "verify",
+    "verify_keys",
     "vocabulary",
 ]
 

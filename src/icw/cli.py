@@ -82,7 +82,29 @@ def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             yield f"{source}:{number}", row["text"]
 
 
+def _read_keys(path: str) -> list[ICWKey]:
+    """One serialized key per line (blank lines and ``#`` comments skipped)."""
+    try:
+        lines = _read_file(path).decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    keys = []
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                keys.append(ICWKey.from_string(line))
+            except ICWKeyError as err:
+                raise ICWKeyError(f"{path}:{number}: {err}") from None
+    if not keys:
+        raise ValueError(f"{path} has no keys: write one serialized key (icw:...) per line")
+    return keys
+
+
 def _detect(args: argparse.Namespace) -> None:
+    if (args.key is None) == (args.keys is None):
+        raise ValueError("pass either --key KEY or --keys FILE (one key per line)")
+    if args.keys is not None:
+        return _detect_many(args)
     key = ICWKey.from_string(args.key)
     tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
     items = list(_read_texts(args))
@@ -102,6 +124,21 @@ def _detect(args: argparse.Namespace) -> None:
         if result.note:
             print(f"icw: note: {source}: {result.note}", file=sys.stderr)
         print(json.dumps(row))
+
+
+def _detect_many(args: argparse.Namespace) -> None:
+    from .verification import verify_keys
+
+    if args.highlights:
+        raise ValueError("--highlights needs a single --key: rerun with the key that fired")
+    keys = _read_keys(args.keys)
+    tokenizer = load_tokenizer(args.tokenizer or keys[0].tokenizer) if keys[0].family != "sa" else None
+    items = list(_read_texts(args))
+    if not items:
+        raise ValueError("no texts given: pass files, or JSON Lines with --jsonl, or text on standard input")
+    results = verify_keys([t for _, t in items], keys, tokenizer, alpha=args.alpha, max_chars=args.max_chars)
+    for (source, _), result in zip(items, results, strict=True):
+        print(json.dumps({"source": source, **result.to_dict(all_keys=args.all_keys)}))
 
 
 def _vocab(args: argparse.Namespace) -> None:
@@ -125,8 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
     new.set_defaults(func=_key_new)
 
-    det = sub.add_parser("detect", help="verify texts against a key; one JSON object per text")
-    det.add_argument("--key", required=True, help="a serialized key (icw:...) or its JSON")
+    det = sub.add_parser("detect", help="verify texts against a key (or many); one JSON object per text")
+    det.add_argument("--key", help="a serialized key (icw:...) or its JSON")
+    det.add_argument("--keys", metavar="FILE", help="a file of keys of one family, one per line: report which keys "
+                     "fire, with Holm's family-wise error control at --alpha")
+    det.add_argument("--all-keys", action="store_true", help="with --keys: print every key's z and p, not only those "
+                     "that fire")
     det.add_argument("--jsonl", action="store_true", help="inputs are JSON Lines with a 'text' field")
     det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
     det.add_argument("--tokenizer", help="override the key's tokenizer name")
