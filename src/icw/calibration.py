@@ -156,7 +156,7 @@ def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float 
     if not 0.0 < max_fpr <= 1.0:
         raise ValueError(f"max_fpr must lie in (0, 1], got {max_fpr!r}")
     tok = tokenizer
-    if family != "sa" and tok is not None and not hasattr(tok, "__call__"):
+    if family != "sa" and tok is not None and not callable(tok):
         raise TypeError("tokenizer must be a Hugging Face tokenizer")
     texts = list(default_corpus()) if corpus is None else corpus
     rejected: list[Calibration] = []

@@ -34,8 +34,29 @@ def _key_new(args: argparse.Namespace) -> None:
     if args.length is not None:
         params["num_letters" if args.family == "wip" else "length"] = args.length
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
-    key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
+    if args.max_fpr is not None:
+        from .calibration import screen_key
+
+        key, cal, rejected = screen_key(args.family, args.seed, tokenizer if args.family != "sa" else None,
+                                        max_fpr=args.max_fpr, alpha=args.alpha,
+                                        corpus=args.corpus, **params)
+        for r in rejected:
+            print(f"icw: note: seed {ICWKey.from_string(r.key).seed} rejected: empirical FPR {r.fpr:.2%} at alpha "
+                  f"{r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}", file=sys.stderr)
+        print(f"icw: note: seed {key.seed}: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, {cal.ci[1]:.2%}] at alpha "
+              f"{cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
+    else:
+        key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
+
+
+def _key_calibrate(args: argparse.Namespace) -> None:
+    from .calibration import calibrate_keys
+
+    key = ICWKey.from_string(args.key)
+    tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
+    cal = calibrate_keys(key, args.corpus, tokenizer, alpha=args.alpha, confidence=args.confidence)[0]
+    print(json.dumps(cal.to_dict()))
 
 
 def _positive_int(value: str) -> int:
@@ -160,7 +181,21 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens")
     new.add_argument("--length", type=int, help="SA secret length (default 18) or WIP letter count (default 13)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
+    new.add_argument("--max-fpr", type=float, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
+                     "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
+    new.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level for --max-fpr (default 0.01)")
+    new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "
+                     "passages separated by blank lines (default: the bundled human English)")
     new.set_defaults(func=_key_new)
+
+    cal = key.add_parser("calibrate", help="a key's empirical false-positive rate on human text, with a binomial interval")
+    cal.add_argument("key", help="a serialized key (icw:...) or its JSON")
+    cal.add_argument("--corpus", help="JSON Lines with a 'text' field, or plain text with passages separated by blank "
+                     "lines (default: 4,197 bundled passages of human English)")
+    cal.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
+    cal.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson interval level (default 0.95)")
+    cal.add_argument("--tokenizer", help="override the key's tokenizer name")
+    cal.set_defaults(func=_key_calibrate)
 
     det = sub.add_parser("detect", help="verify texts against a key (or many); one JSON object per text")
     det.add_argument("--key", help="a serialized key (icw:...) or its JSON")
