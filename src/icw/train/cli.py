@@ -34,6 +34,12 @@ def _grpo(args: argparse.Namespace) -> None:
     main(args.options)
 
 
+def _probe(args: argparse.Namespace) -> None:
+    from .probe import main
+
+    main(args.options)
+
+
 class _PassThroughParser(argparse.ArgumentParser):
     """Hands every argument after the sub-command to the recipe's ``TrlParser`` (``--config``,
     ``--field value``, ``--help``), which knows the dataclass fields and rejects unknown ones."""
@@ -53,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("synthesize", _synthesize, "generate the cold-start dataset D_cs with the logit perturbation"),
         ("sdlp", _sdlp, "self-distillation with logit perturbation on D_cs"),
         ("grpo", _grpo, "GRPO with the verifier z as reward"),
+        ("probe", _probe, "key-swap probe: does a model read the key from the instruction or from the prefix?"),
     ):
         parser = train_sub.add_parser(name, help=text, add_help=False)
         parser.set_defaults(func=func)
