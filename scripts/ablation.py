@@ -94,7 +94,7 @@ class Run:
         (self.out / "cells").mkdir(parents=True, exist_ok=True)
         self.start = time.time()
         self._model: dict[str, Any] = {}
-        self._tok = None
+        self._base: tuple[Any, Any] | None = None
 
     # ------------------------------------------------------------------ plumbing
     def cell(self, name: str, fn: Any) -> Any:
@@ -133,11 +133,11 @@ class Run:
         return self._model[path]
 
     def base(self) -> tuple[Any, Any]:
-        if "base" not in self.__dict__:
+        if self._base is None:
             from icw.models import load_model
 
-            self.__dict__["base"] = load_model(self.base_path, device=self.args.device)
-        return self.__dict__["base"]
+            self._base = load_model(self.base_path, device=self.args.device)
+        return self._base
 
     @property
     def tok(self) -> Any:

@@ -1,9 +1,11 @@
 """The key-swap probe tells an instruction-reader (B > 0) from a fixed preference (B ~ 0, C ~ A).
 
-Both models are the tiny random Qwen3 (real Qwen3 tokenizer) trained a few SDLP steps on a
-synthetic task: neutral answers (no key information in the prefix) under WIP keys that are either
-fixed (one key for every row) or drawn per row from two complementary letter sets, so that only
-the instruction says which letters the teacher favours.
+The two models under test are the tiny random Qwen3 (real Qwen3 tokenizer) with a known logit
+shift on top, so the probe's answer is known exactly: a shift of ``delta`` on a key's green set
+lifts that set's log-odds by exactly ``delta``. The *reader* adds ``delta`` on the green set of
+whichever key's instruction its prompt contains (it reads the instruction and nothing else); the
+*fixed* model adds ``delta`` on one key's set whatever the prompt says (what SDLP on rows that all
+share a key teaches, and what a prefix-reader looks like on rows written under that key).
 """
 
 from __future__ import annotations
@@ -16,37 +18,43 @@ import pytest
 import torch
 
 from icw import ICWKey
+from icw.keys import green_mask
 from icw.train.probe import key_swap_probe
-from icw.train.sdlp import SDLPConfig, SDLPTrainer
+from icw.vocab import vocabulary
 
+DELTA = 2.0
 FIRST, SECOND = "ABCDEFGHIJKLM", "NOPQRSTUVWXYZ"
-QUERIES = ["Why is the sky blue?", "How do bees make honey?", "What causes tides?", "Why do cats purr?",
-           "How do vaccines work?", "What is inflation?", "Why do leaves change colour?", "How do rivers form?"]
-ANSWER = "It is the way the world is made, and there is more to say on it than one can say in one go."
+QUERIES = ["Why is the sky blue?", "How do bees make honey?", "What causes tides?", "Why do cats purr?"]
+ANSWERS = ["Because sunlight scatters off small molecules, and blue light scatters most of all.",
+           "Bees gather nectar, carry it home, and fan it with their wings until it thickens.",
+           "The moon pulls on the oceans, and the earth turning under that pull makes tides.",
+           "Nobody knows for sure, but purring seems to calm cats and may help them heal."]
 
 
-def _train(tok, keys, steps=40, seed=0):
-    from datasets import Dataset
+class Shifted(torch.nn.Module):
+    """The tiny model plus ``DELTA`` on a key's green set: the key named in the prompt (``keys`` =
+    candidates to look for), or always ``fixed``."""
 
-    from icw.testing import tiny_random_model
+    def __init__(self, model, tok, keys=(), fixed=None):
+        super().__init__()
+        self.model, self.tok, self.keys, self.fixed = model, tok, list(keys), fixed
+        self.view = vocabulary(tok)
 
-    rows = [{"family": "wip", "key": k.to_string(), "query": q, "response": ANSWER, "label": 1}
-            for q, k in zip(QUERIES, keys, strict=True)]
-    model = tiny_random_model("qwen3", seed=seed).train()
-    config = SDLPConfig(output_dir="unused", report_to="none", use_cpu=True, loss_chunk_size=256, seed=seed)
-    trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(rows), processing_class=tok)
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=3e-3)
-    for _ in range(steps):
-        loss = trainer.compute_loss(model, batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval(), trainer.teacher_model
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        for b in range(input_ids.shape[0]):
+            key = self.fixed
+            if key is None:
+                text = self.tok.decode(input_ids[b])
+                key = next((k for k in self.keys if k.instruction(self.tok) in text), None)
+            if key is not None:
+                mask = torch.from_numpy(green_mask(key, self.view))
+                out.logits[b, :, : len(mask)] += DELTA * mask
+        return out
 
 
-def _probe_rows(key):
-    return [{"query": q, "key": key.to_string(), "response": ANSWER} for q in QUERIES[:4]]
+def _rows(key):
+    return [{"query": q, "key": key.to_string(), "response": a} for q, a in zip(QUERIES, ANSWERS, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -54,35 +62,37 @@ def halves(qwen3):
     return (ICWKey.create("wip", tokenizer=qwen3, letters=FIRST), ICWKey.create("wip", tokenizer=qwen3, letters=SECOND))
 
 
-def test_instruction_reader_has_positive_b(qwen3, halves):
+def test_instruction_reader_has_b_equal_to_its_lift(tiny_qwen, halves):
+    model, tok = tiny_qwen
     first, second = halves
-    keys = [first, second] * 4  # the key alternates independently of the (identical) answer
-    model, base = _train(qwen3, keys)
-    report = key_swap_probe(model, qwen3, _probe_rows(first), base_model=base, other_keys=[second] * 4)
-    a, b, c = report["A"].mean, report["B"].mean, report["C"].mean
-    assert a > 0.2 and b > 0.2, report.to_markdown()
-    assert c < 0, report.to_markdown()  # told the other half: the generating key's letters lose ground
-    assert report["B"].num_rows == 4 and report["B"].stderr >= 0
+    reader = Shifted(model, tok, keys=halves)
+    report = key_swap_probe(reader, tok, _rows(first), base_model=model, other_keys=[second] * 4)
+    assert report["A"].mean == pytest.approx(DELTA, abs=1e-3)
+    assert report["B"].mean == pytest.approx(DELTA, abs=1e-3)  # it follows the prompt's key
+    assert report["C"].mean == pytest.approx(-DELTA, abs=1e-3)  # told the other half: the writer's letters lose
+    assert report["plain"].mean == pytest.approx(0.0, abs=1e-3)
+    assert report["B"].num_rows == 4 and report["B"].num_positions > 40
 
 
-def test_fixed_preference_has_b_near_zero_and_c_near_a(qwen3, halves):
+def test_fixed_preference_has_b_near_zero_and_c_equal_to_a(tiny_qwen, halves):
+    model, tok = tiny_qwen
     first, _ = halves
-    model, base = _train(qwen3, [first] * 8)
+    fixed = Shifted(model, tok, fixed=first)
     # other keys balanced against the fixed preference: 6 letters from FIRST and 7 from SECOND
     rng = np.random.default_rng(0)
-    others = [ICWKey.create("wip", tokenizer=qwen3, letters="".join(rng.choice(list(FIRST), 6, replace=False))
+    others = [ICWKey.create("wip", tokenizer=tok, letters="".join(rng.choice(list(FIRST), 6, replace=False))
                             + "".join(rng.choice(list(SECOND), 7, replace=False))) for _ in range(4)]
-    report = key_swap_probe(model, qwen3, _probe_rows(first), base_model=base, other_keys=others)
+    report = key_swap_probe(fixed, tok, _rows(first), base_model=model, other_keys=others)
     a, b, c, plain = (report[k].mean for k in ("A", "B", "C", "plain"))
-    assert a > 0.5, report.to_markdown()
-    assert abs(c - a) < 0.25 * a and abs(plain - a) < 0.25 * a, report.to_markdown()  # it ignores the prompt
-    assert abs(b) < 0.3 * a, report.to_markdown()
+    assert a == pytest.approx(DELTA, abs=1e-3) and c == pytest.approx(a, abs=1e-3) and plain == pytest.approx(a, abs=1e-3)
+    assert abs(b) < 0.5 * DELTA, report.to_markdown()
+    assert abs(b) < 3 * report["B"].stderr + 0.5, report.to_markdown()
 
 
 def test_untrained_model_against_itself_is_zero_without_instruction(tiny_qwen):
     model, tok = tiny_qwen
     key = ICWKey.create("wip", seed=3, tokenizer=tok)
-    report = key_swap_probe(model, tok, _probe_rows(key))
+    report = key_swap_probe(model, tok, _rows(key))
     assert report["plain"].mean == pytest.approx(0.0, abs=1e-5)  # reference = the model itself, query alone
     assert set(report.to_dict()) >= {"family", "statistic", "A", "B", "C", "plain"}
     assert "| B |" in report.to_markdown()
