@@ -19,7 +19,7 @@ device command's time limit). Usage::
 
     python scripts/ablation.py --size cpu --device cpu --out runs/ablation-cpu            # reduced, CPU
     python scripts/ablation.py --size gpu --device cuda --out runs/ablation --stop_after 540   # one H100
-    python scripts/ablation.py --size cpu --model tiny --out runs/ablation-tiny            # pipeline check
+    python scripts/ablation.py --size tiny --model tiny --out runs/ablation-tiny           # pipeline check
 
 ``--model tiny`` swaps SmolLM2 for the tiny random Qwen3 (numbers meaningless; it proves the
 pipeline end to end in minutes). Results: ``<out>/ablation.md`` and ``<out>/ablation.json``.
@@ -84,6 +84,11 @@ SIZES = {
                 dose_deltas=[1.0, 3.0], dose_lengths=[32, 64], num_dose=12, probe_rows=8, pool_size=200, epochs=1,
                 batch=4, grpo_steps=2, grpo_generations=2, grpo_prompts=2, grpo_tokens=32, min_completion_tokens=8,
                 gen_batch=12, heldout_template=False),
+    # smallest: every cell of the table once, for a pipeline check on a loaded machine (with --model tiny)
+    "tiny": Size(families=["wip", "sa"], num_h1=4, num_h0=2, train_tokens=16, eval_tokens=24, num_eval=6,
+                 dose_deltas=[3.0], dose_lengths=[24], num_dose=6, probe_rows=4, pool_size=200, epochs=1, batch=2,
+                 grpo_steps=1, grpo_generations=2, grpo_prompts=1, grpo_tokens=16, min_completion_tokens=4,
+                 gen_batch=6, heldout_template=True),
 }
 
 
