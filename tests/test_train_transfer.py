@@ -12,7 +12,7 @@ import torch
 
 from icw import ICWKey
 from icw.keys import as_key, green_mask
-from icw.train.grpo import ICWReward, grpo_config_class, make_parser
+from icw.train.grpo import ICWReward, make_parser
 from icw.train.sdlp import (
     SDLPCollator,
     SDLPConfig,
@@ -148,12 +148,13 @@ def test_sdlp_config_rejects_bad_fractions():
 def test_grpo_uses_the_papers_loss_in_every_recipe():
     from trl import GRPOConfig
 
-    assert GRPOConfig(output_dir="unused", report_to="none", use_cpu=True).loss_type != "grpo"  # why the override exists
-    assert grpo_config_class()(output_dir="unused", report_to="none", use_cpu=True).loss_type == "grpo"
+    assert GRPOConfig(output_dir="unused", report_to="none", use_cpu=True).loss_type != "grpo"  # why the default
     extra = [] if torch.cuda.is_available() else ["--use_cpu", "true"]  # GPU recipes ask for bf16
+    _, training, _, _ = make_parser().parse_args_and_config(["--output_dir", "unused", *extra])
+    assert training.loss_type == "grpo"
     for path in sorted(ROOT.glob("recipes/configs/*/grpo.yaml")):
-        parsed = make_parser().parse_args_and_config(["--config", str(path), "--output_dir", "unused", *extra])
-        assert parsed[2].loss_type == "grpo", path
+        _, training, _, _ = make_parser().parse_args_and_config(["--config", str(path), "--output_dir", "unused", *extra])
+        assert training.loss_type == "grpo", path
 
 
 def test_grpo_reward_never_prefers_short_or_gated_answers(qwen3):

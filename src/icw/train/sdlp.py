@@ -29,106 +29,22 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from ..generation import chat_prompt
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
 from ..processors import AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
+from .hparams import TRAIN_DELTA, TRAIN_TOP_K
+from .sdlp_config import SDLPConfig
 
-#: Training-time perturbation strengths of the reference implementation (synthesis uses 3/3/8).
-TRAIN_DELTA = {"tsp": 5.0, "wip": 3.0, "sa": 8.0}
-#: Teacher top-k per family in the reference implementation (None: the full vocabulary).
-TRAIN_TOP_K: dict[str, int | None] = {"tsp": 1000, "wip": None, "sa": 1000}
-
-
-# ------------------------------------------------------------------------------------ config
-@dataclass
-class SDLPConfig(TrainingArguments):
-    r"""Configuration of :class:`SDLPTrainer`: ``transformers.TrainingArguments`` plus the SDLP fields.
-
-    The paper states the loss, not these numbers: the defaults are those of the authors' reference
-    implementation (lr 7e-6, batch 8, 2-3 epochs, training deltas TSP 5.0, WIP 3.0, SA 8.0; top-k
-    1000 for TSP and SA and the full vocabulary for WIP).
-
-    Prefix-independent targets (ours, not the paper's; see ``docs/training-transfer.md``). Off-policy
-    ``D_H1`` answers were written under their key's bias, so the response prefix reveals the key
-    (WIP: earlier word initials show the green letters) and a student can lower the loss without
-    reading the instruction. Two options remove that shortcut:
-
-    - ``relabel_keys``: each ``D_H1`` row is trained under a fresh key of its family, independent of
-      the key that wrote it; the teacher's ``Delta_t`` (WIP/TSP mask, SA replay of the new secret)
-      and the student's instruction both use the new key. ``relabel_num_keys > 0`` draws the new
-      keys from a fixed pool of that many training keys (a curriculum: 1 key, a few, one per row).
-    - ``lmbda``: the fraction of batches whose responses the student samples itself from its own
-      prompt (instruction + query), as trl's GKD does; the teacher (frozen base, query alone, plus
-      ``Delta_t`` replayed along the student's tokens) scores them. Such samples carry the key
-      only as far as the student already follows it.
-    """
-
-    learning_rate: float = field(
-        default=7e-6, metadata={"help": "Initial AdamW learning rate (reference implementation: 7e-6)."})
-    per_device_train_batch_size: int = field(
-        default=8, metadata={"help": "Rows per device per step (reference implementation: 8)."})
-    num_train_epochs: float = field(
-        default=2.0, metadata={"help": "Epochs over D_cs (reference implementation: 2-3)."})
-    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
-    remove_unused_columns: bool = field(
-        default=False, metadata={"help": "Keep the dataset columns: the collator needs family, key and the token ids."})
-    delta_tsp: float = field(default=TRAIN_DELTA["tsp"], metadata={"help": "Teacher bias strength for TSP rows."})
-    delta_wip: float = field(default=TRAIN_DELTA["wip"], metadata={"help": "Teacher bias strength for WIP rows."})
-    delta_sa: float = field(default=TRAIN_DELTA["sa"], metadata={"help": "Teacher bias strength for SA rows."})
-    top_k_tsp: int = field(default=1000, metadata={"help": "Teacher top-k support for TSP rows (0: full vocabulary)."})
-    top_k_wip: int = field(default=0, metadata={"help": "Teacher top-k support for WIP rows (0: full vocabulary)."})
-    top_k_sa: int = field(default=1000, metadata={"help": "Teacher top-k support for SA rows (0: full vocabulary)."})
-    max_response_length: int = field(
-        default=1024, metadata={"help": "Response tokens kept per row (EOS included); longer responses are cut."})
-    max_prompt_length: int = field(
-        default=32768, metadata={"help": "Longest student prompt accepted; a longer one raises (use a smaller TSP "
-                                         "pool_size for small-context models)."})
-    loss_chunk_size: int = field(
-        default=256, metadata={"help": "Response positions per chunk when applying the output head in the loss; "
-                                       "bounds the (chunk, vocab) tensors alive at once."})
-    instruction_template: str | None = field(
-        default=None, metadata={"help": "Custom instruction template for the student (default: the paper's)."})
-    model_init_kwargs: dict[str, Any] | None = field(
-        default=None, metadata={"help": "Keyword arguments of from_pretrained when the model is given as a path."})
-    relabel_keys: bool = field(
-        default=False, metadata={"help": "Train each D_H1 row under a fresh key independent of the one that wrote it "
-                                         "(teacher delta and student instruction both use it): the prefix then says "
-                                         "nothing about the training key."})
-    relabel_num_keys: int = field(
-        default=0, metadata={"help": "With relabel_keys: draw the fresh keys from a pool of this many training keys "
-                                     "per family (0: a new key per row)."})
-    lmbda: float = field(
-        default=0.0, metadata={"help": "Fraction of batches trained on-policy: the student samples the responses "
-                                       "from instruction + query and the teacher scores them (as in trl's GKD)."})
-    on_policy_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Length cap of on-policy samples (default: max_response_length - 1)."})
-    on_policy_temperature: float = field(
-        default=1.0, metadata={"help": "Sampling temperature of on-policy samples (1.0: the student's own "
-                                       "distribution, which the loss compares with the teacher's)."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not 0.0 <= self.lmbda <= 1.0:
-            raise ValueError(f"lmbda is a fraction of batches: it must lie in [0, 1], got {self.lmbda}")
-        if self.relabel_num_keys < 0:
-            raise ValueError(f"relabel_num_keys must be >= 0 (0: a fresh key per row), got {self.relabel_num_keys}")
-
-    def delta(self, family: str) -> float:
-        return float(getattr(self, f"delta_{family}"))
-
-    def top_k(self, family: str) -> int | None:
-        k = int(getattr(self, f"top_k_{family}"))
-        return k if k > 0 else None
-
+__all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
+           "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
 
 # ------------------------------------------------------------------------------------- loss
 def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
@@ -445,8 +361,27 @@ class SDLPTrainer(Trainer):
         teacher_model: an explicit frozen teacher (default: the base model itself).
 
     Example:
-        >>> trainer = SDLPTrainer(model, SDLPConfig(output_dir="out"), train_dataset=ds, processing_class=tok)
-        >>> trainer.train()
+        One step on two rows of ``D_cs`` (a watermarked ``D_H1`` row and a plain ``D_H0`` row) with a
+        random stand-in model:
+
+        >>> import tempfile
+        >>> from datasets import Dataset
+        >>> from transformers import PrinterCallback
+        >>> from icw import ICWKey
+        >>> from icw.models import load_tokenizer
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> key = ICWKey.create("wip", seed=1, tokenizer=tok).to_string()
+        >>> rows = Dataset.from_list([
+        ...     {"family": "wip", "key": key, "query": "Why is the sky blue?", "response": "Light scatters.", "label": 1},
+        ...     {"family": "wip", "key": "", "query": "Name a bird.", "response": "A robin.", "label": 0}])
+        >>> args = SDLPConfig(output_dir=tempfile.mkdtemp(), max_steps=1, per_device_train_batch_size=2,
+        ...                   use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+        >>> trainer = SDLPTrainer(tiny_random_model("qwen3"), args, train_dataset=rows, processing_class=tok)
+        >>> trainer.remove_callback(PrinterCallback)  # keep the example's output to the result
+        >>> result = trainer.train()
+        >>> result.global_step, result.training_loss > 0
+        (1, True)
     """
 
     def __init__(self, model: Any, args: SDLPConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -586,26 +521,32 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
 
 
 
-def make_parser() -> Any:
-    """The ``TrlParser`` of ``recipes/sdlp.py``: data, :class:`SDLPConfig` and trl's ``ModelConfig`` (LoRA fields)."""
+def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
+    """The ``TrlParser`` of ``recipes/sdlp.py`` and ``icw train sdlp``: :class:`~icw.train.common.DCSArguments`
+    (script), :class:`SDLPConfig` (training) and trl's ``ModelConfig`` (model, LoRA). With ``subparsers``
+    (whose ``parser_class`` is a ``TrlParser``) it is added there as the ``sdlp`` sub-command, as trl's scripts do."""
     from trl import ModelConfig, TrlParser
 
     from .common import DCSArguments
 
-    return TrlParser((DCSArguments, SDLPConfig, ModelConfig))
+    dataclass_types = (DCSArguments, SDLPConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("sdlp", help="self-distillation with logit perturbation on D_cs",
+                                     dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
 
 
-def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
-    """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
+def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTrainer:
+    """Train as parsed by :func:`make_parser` (``recipes/sdlp.py``, ``icw train sdlp``): load ``D_cs`` and
+    the policy, train, save (and push, with the model card when results are given)."""
     from trl import get_peft_config
 
     from .common import load_policy, save_and_push
 
-    data_args, config, model_args = make_parser().parse_args_and_config(None if argv is None else list(argv))
     model, tokenizer = load_policy(model_args)
-    dataset = data_args.load(seed=config.seed)
-    trainer = SDLPTrainer(model, config, train_dataset=dataset, processing_class=tokenizer,
+    dataset = script_args.load(seed=training_args.seed)
+    trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,
                           peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer
