@@ -3,29 +3,19 @@ anti-hacking gates, the GRPO reward rules and the `icw train` CLI wiring."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from icw import ICWKey
-from icw.train import grpo, sdlp, synthesis
+from icw.train import grpo, sdlp, sft, synthesis
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "recipes" / "configs").glob("*/*.yaml"))
 
 
-def _sft_module():
-    spec = importlib.util.spec_from_file_location("icw_recipe_sft", ROOT / "recipes" / "sft.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
 PARSERS = {"synthesize": synthesis.make_parser, "sdlp": sdlp.make_parser, "grpo": grpo.make_parser,
-           "sft": lambda: _sft_module().make_parser()}
+           "sft": sft.make_parser}
 
 
 def test_every_model_has_every_recipe():
@@ -67,7 +57,7 @@ def test_recipes_have_trl_script_shape_and_take_defaults_from_the_paper_table():
 
     tree = argparse.ArgumentParser(prog="x").add_subparsers(dest="command", parser_class=TrlParser)
     for name, make in PARSERS.items():
-        module = inspect.getmodule(make) if name != "sft" else _sft_module()
+        module = inspect.getmodule(make)
         assert list(inspect.signature(module.make_parser).parameters)[:2] == ["subparsers", "prog"]
         sub = module.make_parser(tree)
         assert isinstance(sub, TrlParser) and tree.choices[name] is sub
@@ -169,4 +159,5 @@ def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
     assert main(["train", "synthesize", "--output_dir", str(tmp_path), "--families", "sa"]) == 2
     assert "no training queries" in capsys.readouterr().err
     assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
+    assert main(["train", "sft", "--no_such_field", "1"]) == 2
 

@@ -39,6 +39,44 @@ def chat_prompt(tokenizer: Any, content: str, system: str | None = None) -> str:
     return content + "\n"
 
 
+def context_limit(model: Any) -> int | None:
+    """The model's context window in tokens (``config.max_position_embeddings``), None when unknown."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None) or None
+
+
+def prompt_overflow(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 0
+                    ) -> tuple[int, int] | None:
+    """``(tokens, limit)`` when the longest prompt plus ``max_new_tokens`` exceeds the model's context.
+
+    A model reading past its context answers garbage (a TSP instruction that lists all of ``V_en``
+    runs to ~9k-18k tokens), so callers warn (ICWBench) or refuse (the Space). The longest prompt
+    by characters is the one tokenized.
+
+    Args:
+        model (`PreTrainedModel` or `None`): the local model; ``None`` (a remote backend) never overflows.
+        tokenizer (`PreTrainedTokenizerBase`): its tokenizer.
+        prompts (`Sequence[str]`): the prompts about to be sent.
+        max_new_tokens (`int`, defaults to 0): room to keep for the answer.
+
+    Returns:
+        `tuple[int, int] | None`: the longest prompt's length and the context limit, or ``None`` when it fits.
+
+    Example:
+        >>> from icw.models import load_tokenizer
+        >>> from icw.testing import tiny_random_model
+        >>> model, tok = tiny_random_model(), load_tokenizer("qwen3")
+        >>> prompt_overflow(model, tok, ["Why is the sky blue?"], max_new_tokens=100) is None
+        True
+        >>> prompt_overflow(model, tok, ["Why is the sky blue?", "Why" + " not" * 5000])
+        (5001, 4096)
+    """
+    limit = context_limit(model)
+    if not prompts or tokenizer is None or not limit:
+        return None
+    length = len(tokenizer(max(prompts, key=len), add_special_tokens=False)["input_ids"])
+    return (length, limit) if length + max_new_tokens > limit else None
+
+
 @torch.inference_mode()
 def generate_responses(
     model: Any,

@@ -27,12 +27,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..generation import chat_prompt, generate_responses
-from ..keys import DEFAULT_DELTA, FAMILIES, ICWKey
+from ..generation import generate_responses
+from ..keys import DEFAULT_DELTA, FAMILIES, TRAIN_SEED_START, ICWKey
+from ..perplexity import perplexities
+from ..questions import read_questions
 from ..verification import verify
 
-#: First seed of the training key pool; evaluation keys (ICWBench) use small seeds, so the pools are disjoint.
-TRAIN_SEED_OFFSET = 1_000_000
+#: First seed of the training key pool (:data:`icw.keys.TRAIN_SEED_START`; evaluation keys use smaller seeds).
+TRAIN_SEED_OFFSET = TRAIN_SEED_START
 
 
 @dataclass
@@ -44,8 +46,8 @@ class SynthesisConfig:
     output_dir: str = field(default="data/dcs", metadata={"help": "Folder for rows.jsonl, data.parquet and stats.json."})
     families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": "Families to synthesize."})
     queries_file: str | None = field(
-        default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'query' "
-                                        "field. Must be disjoint from the evaluation queries."})
+        default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'question', "
+                                        "'query' or 'title' field. Must be disjoint from the evaluation queries."})
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub dataset of queries when no queries_file is given (e.g. vblagoje/lfqa)."})
     dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to draw queries from."})
@@ -127,14 +129,7 @@ def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig
 def read_queries(config: SynthesisConfig) -> list[str]:
     """Training queries from ``queries_file`` or, online, from ``dataset_name``."""
     if config.queries_file:
-        path = Path(config.queries_file)
-        if not path.exists():
-            raise FileNotFoundError(f"queries_file {path} does not exist")
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if path.suffix in (".jsonl", ".json"):
-            rows = [json.loads(line) for line in lines]
-            return [str(r.get("query") or r.get("question") or r.get("title")) for r in rows]
-        return [line.strip() for line in lines]
+        return [question for question, _ in read_questions(config.queries_file)]
     if config.dataset_name:
         from datasets import load_dataset
 
@@ -180,24 +175,6 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
                               "query": pool[used[label] % len(pool)]})
                 used[label] += 1
     return items
-
-
-@torch.inference_mode()
-def perplexities(model: Any, tokenizer: Any, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
-    """Perplexity of each response given its query (chat template, teacher forcing)."""
-    device = next(model.parameters()).device
-    out = []
-    for query, response in zip(queries, responses, strict=True):
-        prompt = tokenizer(chat_prompt(tokenizer, query), add_special_tokens=False)["input_ids"]
-        answer = tokenizer(response, add_special_tokens=False)["input_ids"]
-        if not answer:
-            out.append(float("nan"))
-            continue
-        ids = torch.tensor([prompt + answer], device=device)
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-        nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :])
-        out.append(float(math.exp(nll.item())))
-    return out
 
 
 def statistics(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
