@@ -1,57 +1,14 @@
 """Ablation baseline: plain SFT (trl's SFTTrainer) on the D_H1 responses with the instruction
-in the prompt, so Base / +SFT / +RL / +SDLP / +SDLP+RL use the same data and evaluation.
+in the prompt (:mod:`icw.train.sft`).
 
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/sft.py \
         --config recipes/configs/qwen3-14b/sft.yaml
+
+Any field of the YAML can be overridden on the command line (--learning_rate 1e-5).
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any
-
-from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
-
-from icw.generation import user_message
-from icw.keys import as_key
-from icw.train.common import DCSArguments, load_policy, save_and_push
-
-
-@dataclass
-class SFTDataArguments:
-    instruction_template: str | None = field(
-        default=None, metadata={"help": "Custom instruction template in the prompt (default: the paper's)."})
-    include_h0: bool = field(
-        default=False, metadata={"help": "Also train on D_H0 rows (query alone -> plain answer)."})
-
-
-def sft_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> Any:
-    """Prompt-completion rows: instruction + query -> the D_H1 response (D_H0: query -> response)."""
-
-    def convert(row: dict[str, Any]) -> dict[str, Any]:
-        watermarked = bool(row["label"]) and bool(row["key"])
-        content = (user_message(row["query"], as_key(row["key"]), "instruction", tokenizer, template)
-                   if watermarked else row["query"])
-        return {"prompt": [{"role": "user", "content": content}],
-                "completion": [{"role": "assistant", "content": row["response"]}]}
-
-    return dataset.map(convert, remove_columns=dataset.column_names, desc="building SFT rows")
-
-
-def make_parser() -> TrlParser:
-    return TrlParser((DCSArguments, SFTDataArguments, SFTConfig, ModelConfig))
-
-
-def main(argv: list[str] | None = None) -> SFTTrainer:
-    data_args, sft_args, config, model_args = make_parser().parse_args_and_config(argv)
-    model, tokenizer = load_policy(model_args)
-    rows = data_args.load(label=None if sft_args.include_h0 else 1, seed=config.seed)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
-                         processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
-    return trainer
-
+from icw.train.sft import main, make_parser
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())

@@ -42,7 +42,7 @@ def report(path):
 def test_few_negatives_tpr_at_1fpr_not_estimable_and_verdict_rates_with_intervals(tmp_path):
     rows = write_run(tmp_path / "run", 40)
     md, sa = report(tmp_path / "run")
-    assert sa["tpr_at_1fpr"] is None and "not estimable" in sa["tpr_at_1fpr_note"]
+    assert sa["tpr_at_fpr"] is None and "not estimable" in sa["tpr_at_fpr_note"]
     assert "1.000 [1.000, 1.000]" not in md and "TPR@1%FPR is not estimable with fewer than 100 negatives" in md
     hits = sum(r["p_value"] <= 0.01 for r in rows if r["role"] == "positive")
     assert 0 < hits < 40 and sa["verdict_tpr"] == hits / 40
@@ -56,5 +56,5 @@ def test_few_negatives_tpr_at_1fpr_not_estimable_and_verdict_rates_with_interval
 def test_enough_negatives_give_tpr_at_1fpr_with_its_interval(tmp_path):
     write_run(tmp_path / "run", 100)
     md, sa = report(tmp_path / "run")
-    assert sa["tpr_at_1fpr"] is not None and sa["tpr_ci"][0] <= sa["tpr_at_1fpr"] <= sa["tpr_ci"][1]
+    assert sa["tpr_at_fpr"] is not None and sa["tpr_at_fpr_ci"][0] <= sa["tpr_at_fpr"] <= sa["tpr_at_fpr_ci"][1]
     assert "not estimable" not in md

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from icw import ICWKey, verify, verify_keys
-from icw.verification import holm_adjust
+from icw.multikey import holm_adjust
 from icw.vocab import vocabulary
 
 HUMAN = ("The committee met on Tuesday to discuss the budget. Members raised concerns about rising costs, "

@@ -8,12 +8,10 @@ import pytest
 
 from icw import ICWKey, ICWKeyError, KeyMismatchError, TextTooLongError, verify, vocabulary
 from icw.keys import SA_POOL
+from icw.lcs import lcs_lengths, letter_codes, secret_masks
 from icw.verification import (
     WIP_SCORE_STEP,
-    _codes,
-    _secret_masks,
     english_initial_frequencies,
-    lcs_lengths,
     wip_excess_test,
     wip_key_null_sf,
     wip_letter_counts,
@@ -40,7 +38,7 @@ def test_bit_parallel_lcs_matches_dynamic_programming():
         k = rng.randint(1, 63)
         secret = "".join(rng.choice("ABCDE") for _ in range(k))
         text = "".join(rng.choice("ABCDEF") for _ in range(rng.randint(1, 90)))
-        got = lcs_lengths(_secret_masks(_codes(secret)[None, :]), _codes(text)[None, :], k)[0]
+        got = lcs_lengths(secret_masks(letter_codes(secret)[None, :]), letter_codes(text)[None, :], k)[0]
         assert got == python_lcs(secret, text)
 
 
@@ -75,7 +73,7 @@ def test_wip_exact_null_against_brute_force():
 
 @pytest.mark.parametrize("budget", [1 << 22, 1 << 12], ids=["one-chunk", "many-chunks"])
 def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
-    monkeypatch.setattr(sys.modules["icw.verification"], "_DP_BUDGET", budget)
+    monkeypatch.setattr(sys.modules["icw.wip"], "_DP_BUDGET", budget)
     rng = np.random.default_rng(2)
     counts = rng.integers(0, 9, size=(40, 26)) * rng.integers(1, 4, size=(40, 1))  # texts of unequal length
     counts[3] = 0  # a text with nothing scored

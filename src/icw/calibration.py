@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from .keys import ICWKey, as_key
-from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, _check_texts, _score_many
+from .multikey import _score_many
+from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, _check_texts
 
 DEFAULT_CORPUS = Path(__file__).parent / "data" / "human_passages.jsonl.gz"
 DEFAULT_CONFIDENCE = 0.95

@@ -31,8 +31,14 @@ def _key_new(args: argparse.Namespace) -> None:
         params["gamma"] = args.gamma
     if args.pool_size is not None:
         params["pool_size"] = args.pool_size
+    if args.num_letters is not None:
+        params["num_letters"] = args.num_letters
     if args.length is not None:
-        params["num_letters" if args.family == "wip" else "length"] = args.length
+        if args.family == "wip" and args.num_letters is None:  # the old spelling, kept for one release
+            print("icw: warning: --length for a WIP key is deprecated; use --num-letters", file=sys.stderr)
+            params["num_letters"] = args.length
+        else:
+            params["length"] = args.length
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
     if args.max_fpr is not None:
         from .calibration import screen_key
@@ -148,7 +154,7 @@ def _detect(args: argparse.Namespace) -> None:
 
 
 def _detect_many(args: argparse.Namespace) -> None:
-    from .verification import verify_keys
+    from .multikey import verify_keys
 
     if args.highlights:
         raise ValueError("--highlights needs a single --key: rerun with the key that fired")
@@ -179,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--tokenizer", default="qwen3", help="qwen3, gpt2, smollm2 (embedded), a folder or a Hub id")
     new.add_argument("--gamma", type=float, help="TSP green fraction (default 0.2)")
     new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens")
-    new.add_argument("--length", type=int, help="SA secret length (default 18) or WIP letter count (default 13)")
+    new.add_argument("--num-letters", type=int, help="WIP green-letter count (default 13)")
+    new.add_argument("--length", type=int, help="SA secret length (default 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
     new.add_argument("--max-fpr", type=float, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
                      "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")

@@ -3,7 +3,7 @@
 Writes into the run directory:
 
 * ``results.json``: the summary the model-card command reads (format: results_schema);
-* ``report.md``: detection in the layout of the paper's Table 2 (AUC and TPR@1%FPR per
+* ``report.md``: detection in the layout of the paper's Table 2 (ROC-AUC and TPR@1%FPR per
   family), the verdict-based TPR and FPR of the exact p-values at ``alpha`` with Clopper-Pearson
   intervals, quality in the layout of Table 3 (perplexity per reference model, the four judge
   scores and their mean), mean z of positives vs negatives, and AUC after each attack;
@@ -84,8 +84,8 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
         if summary is None:
             continue
         if summary["num_negative"] < MIN_NEGATIVES_FOR_TPR_AT_1FPR:
-            summary["tpr_at_1fpr"], summary["tpr_ci"] = None, None
-            summary["tpr_at_1fpr_note"] = (f"not estimable: {summary['num_negative']} negatives, "
+            summary["tpr_at_fpr"], summary["tpr_at_fpr_ci"] = None, None
+            summary["tpr_at_fpr_note"] = (f"not estimable: {summary['num_negative']} negatives, "
                                            f"at least {MIN_NEGATIVES_FOR_TPR_AT_1FPR} are needed")
         summary.update(verdict_rates(records, family, alpha) or {})
         summary["ppl"], summary["ppl_by_model"] = _perplexity(quality, family)
@@ -97,7 +97,7 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
             got = detection_summary(apos, aneg, num_bootstrap=num_bootstrap)
             if got:
                 estimable = got["num_negative"] >= MIN_NEGATIVES_FOR_TPR_AT_1FPR
-                summary["attacks"][attack] = {"auc": got["auc"], "tpr_at_1fpr": got["tpr_at_1fpr"] if estimable else None,
+                summary["attacks"][attack] = {"roc_auc": got["roc_auc"], "tpr_at_fpr": got["tpr_at_fpr"] if estimable else None,
                                               "num_positive": got["num_positive"],
                                               "mean_z_positive": got["mean_z_positive"]}
         result["families"][family] = summary
@@ -135,6 +135,11 @@ def _with_ci(value: Any, ci: Any, digits: int = 3) -> str:
     return f"{_fmt(value, digits)} [{_fmt(ci[0], digits)}, {_fmt(ci[1], digits)}]" if ci else _fmt(value, digits)
 
 
+def _tpr_label(summary: dict[str, Any]) -> str:
+    """``TPR@1%FPR`` for the rate the summary was computed at (results before ``fpr`` was stored: 1%)."""
+    return f"TPR@{100 * summary.get('fpr', 0.01):g}%FPR"
+
+
 def markdown(result: dict[str, Any]) -> str:
     """Tables 2 and 3 of the paper for one model, plus mean z and attacks."""
     fams = [f for f in FAMILIES if f in result["families"]]
@@ -144,10 +149,10 @@ def markdown(result: dict[str, Any]) -> str:
              f"Dataset `{result.get('dataset')}`, mode `{result.get('mode')}`, "
              f"max new tokens {result.get('max_new_tokens')}.", ""]
     lines += ["## Detection (paper Table 2)", "",
-              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} TPR@1%FPR" for f in fams) + " |",
+              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} {_tpr_label(F[f])}" for f in fams) + " |",
               "|---|" + "---:|---:|" * len(fams),
               f"| {result['model']} | " + " | ".join(
-                  f"{_fmt(F[f]['auc'])} | {_fmt(F[f]['tpr_at_1fpr']) if F[f]['tpr_at_1fpr'] is not None else _NOT_ESTIMABLE}"
+                  f"{_fmt(F[f]['roc_auc'])} | {_fmt(F[f]['tpr_at_fpr']) if F[f]['tpr_at_fpr'] is not None else _NOT_ESTIMABLE}"
                   for f in fams) + " |", ""]
     alpha = next((F[f]["alpha"] for f in fams if "alpha" in F[f]), 0.01)
     lines += ["## Scores per family", "",
@@ -158,10 +163,10 @@ def markdown(result: dict[str, Any]) -> str:
         s = F[f]
         lines.append(f"| {FAMILY_NAMES[f]} ({f.upper()}) | {s['num_positive']}/{s['num_negative']} | "
                      f"{_fmt(s['mean_z_positive'], 2)} | {_fmt(s['mean_z_negative'], 2)} | "
-                     f"{_with_ci(s['auc'], s['auc_ci'])} | {_with_ci(s['tpr_at_1fpr'], s['tpr_ci'])} | "
+                     f"{_with_ci(s['roc_auc'], s['roc_auc_ci'])} | {_with_ci(s['tpr_at_fpr'], s['tpr_at_fpr_ci'])} | "
                      f"{_with_ci(s.get('verdict_tpr'), s.get('verdict_tpr_ci'))} | "
                      f"{_with_ci(s.get('verdict_fpr'), s.get('verdict_fpr_ci'))} |")
-    small = [f"{f.upper()} ({F[f]['num_negative']})" for f in fams if F[f]["tpr_at_1fpr"] is None]
+    small = [f"{f.upper()} ({F[f]['num_negative']})" for f in fams if F[f]["tpr_at_fpr"] is None]
     if small:
         lines += ["", f"TPR@1%FPR is not estimable with fewer than {MIN_NEGATIVES_FOR_TPR_AT_1FPR} negatives: "
                   f"{', '.join(small)}. The verdict rates use the exact p-values and hold at any sample size."]
@@ -178,13 +183,13 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + f" | {s.get('judge_failures', 0)} |")
     attacks = sorted({a for f in fams for a in F[f].get("attacks", {})})
     if attacks:
-        lines += ["", "## Robustness: AUC (TPR@1%FPR) after each attack", "",
+        lines += ["", "## Robustness: AUC (TPR at the report's FPR) after each attack", "",
                   "| Family | none | " + " | ".join(attacks) + " |", "|---|" + "---:|" * (len(attacks) + 1)]
         for f in fams:
-            cells = [f"{_fmt(F[f]['auc'])} ({_fmt(F[f]['tpr_at_1fpr'], 2)})"]
+            cells = [f"{_fmt(F[f]['roc_auc'])} ({_fmt(F[f]['tpr_at_fpr'], 2)})"]
             for a in attacks:
                 got = F[f]["attacks"].get(a)
-                cells.append(f"{_fmt(got['auc'])} ({_fmt(got['tpr_at_1fpr'], 2)})" if got else "-")
+                cells.append(f"{_fmt(got['roc_auc'])} ({_fmt(got['tpr_at_fpr'], 2)})" if got else "-")
             cells = [c.replace("(-)", "(n/e)") for c in cells]
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + " |")
     if result.get("num_failed"):

@@ -28,80 +28,33 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..keys import FAMILIES, ICWKey, as_key
-from .backends import BACKENDS, Backend, BackendError, Request, make_backend
+from ..templates import template_for
+from .backends import Backend, BackendError, Request, make_backend
+from .config import (  # noqa: F401 (the configuration's names stay importable from the runner)
+    DEFAULT_DATASET,
+    DEFAULT_TASK,
+    RUN_PARTS,
+    TASKS_DIR,
+    BackendConfig,
+    ExtrasConfig,
+    RunConfig,
+    TaskConfig,
+    read_config_file,
+)
 from .scoring import key_tokenizer, score_texts
-from .templates import template_for
 
 REQUIRED_COLUMNS = ("id", "family", "key", "instruction", "query")
 RESPONSES, RUN_CONFIG, QUALITY = "responses.jsonl", "run.json", "quality.jsonl"
-DEFAULT_DATASET = "icw/ICWBench"
 #: Settings that must match when a run directory is resumed (otherwise results would mix).
 _RESUME_FIELDS = ("model", "dataset", "split", "mode", "max_new_tokens", "template", "key_seed_offset",
                   "query_dataset", "query_column", "adapter")
-
-
-@dataclass
-class RunConfig:
-    """Settings of one ``icw bench run`` (saved as ``RUN_DIR/run.json``)."""
-
-    out: str = field(metadata={"help": "run directory (responses.jsonl, run.json, quality.jsonl)"})
-    dataset: str = field(default=DEFAULT_DATASET, metadata={"help": "ICWBench folder or Hub id"})
-    families: tuple[str, ...] = field(default=FAMILIES, metadata={"help": "families to run"})
-    split: str = field(default="test", metadata={"help": "dataset split"})
-    limit: int | None = field(default=None, metadata={"help": "first N queries per family"})
-    backend: str = field(default="transformers", metadata={"help": "transformers, openai or vllm"})
-    model: str = field(default="smollm2", metadata={"help": "model name/folder/id (embedded SmolLM2 by default)"})
-    base_model: str | None = field(default=None, metadata={"help": "recorded: the model this one was trained from"})
-    adapter: str | None = field(default=None, metadata={"help": "PEFT adapter folder (transformers backend)"})
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL (openai backend)"})
-    api_key: str | None = field(default=None, metadata={"help": "endpoint API key (default $OPENAI_API_KEY)"})
-    mode: str = field(default="instruction", metadata={"help": "instruction (benchmark) or bias (logit bias)"})
-    max_new_tokens: int = field(default=600, metadata={"help": "cap on new tokens per response"})
-    batch_size: int = field(default=8, metadata={"help": "prompts per generate call (transformers)"})
-    concurrency: int = field(default=4, metadata={"help": "parallel requests (openai backend)"})
-    delta: float | None = field(default=None, metadata={"help": "bias strength in bias mode (family default)"})
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
-    template: str = field(default="paper", metadata={"help": "paper, heldout, or a template file"})
-    key_seed_offset: int | None = field(default=None, metadata={"help": "held-out keys: redraw seed = offset + row"})
-    query_dataset: str | None = field(default=None, metadata={"help": "take queries from another dataset[:split]"})
-    query_column: str = field(default="query", metadata={"help": "column of --query-dataset holding the queries"})
-    attacks: tuple[str, ...] = field(default=(), metadata={"help": "attacks on positives (see icw.bench.attacks)"})
-    attack_url: str | None = field(default=None, metadata={"help": "endpoint for paraphrase-style attacks"})
-    attack_model: str | None = field(default=None, metadata={"help": "model at --attack-url"})
-    paraphrase_rounds: int = field(default=1, metadata={"help": "rounds of LLM paraphrase (1-3)"})
-    ppl_models: tuple[str, ...] = field(default=(), metadata={"help": "reference models for perplexity"})
-    judge_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the judge"})
-    judge_model: str | None = field(default=None, metadata={"help": "judge model name"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
-
-    def __post_init__(self) -> None:
-        self.families = tuple(self.families)
-        self.attacks, self.ppl_models = tuple(self.attacks), tuple(self.ppl_models)
-        unknown = sorted(set(self.families) - set(FAMILIES))
-        if unknown:
-            raise ValueError(f"unknown family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
-        if self.mode not in ("instruction", "bias"):
-            raise ValueError(f"--mode must be 'instruction' or 'bias', got {self.mode!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if self.backend == "openai" and self.mode == "bias":
-            raise ValueError("bias mode needs logit access: use --backend transformers or vllm with --mode bias")
-        if self.max_new_tokens < 1:
-            raise ValueError("--max-new-tokens must be at least 1")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("--limit must be at least 1")
-        if self.judge_url and not self.judge_model:
-            raise ValueError("--judge-url needs --judge-model")
-
-    def model_id(self) -> str:
-        from ..models import SMOLLM2_HUB_ID
-
-        return SMOLLM2_HUB_ID if self.model == "smollm2" else self.model
+#: Recorded only by newer runs: checked when the saved run.json has them.
+_RESUME_FIELDS_IF_SAVED = ("task", "version")
 
 
 # ------------------------------------------------------------------------------- the store
@@ -273,6 +226,7 @@ def _check_resume(config: RunConfig, out: Path) -> None:
     if saved_path.exists():
         saved = json.loads(saved_path.read_text(encoding="utf-8"))
         clash = [f for f in _RESUME_FIELDS if saved.get(f) != current.get(f)]
+        clash += [f for f in _RESUME_FIELDS_IF_SAVED if f in saved and saved[f] != current.get(f)]
         if clash:
             details = ", ".join(f"{f}: {saved.get(f)!r} there vs {current.get(f)!r} now" for f in clash)
             raise ValueError(f"{out} holds a run with other settings ({details}); resume with the same settings "
@@ -294,16 +248,13 @@ def _base_record(config: RunConfig, model: str, family: str, item: Item, role: s
 
 
 def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
-    """A warning when the longest prompt does not fit the local model's context window (the
-    model then answers garbage: TSP instructions listing all of ``V_en`` run to ~9k-18k tokens)."""
-    model = getattr(backend, "model", None)
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if not prompts or backend.tokenizer is None or not limit:
+    """A warning when the longest prompt (plus a short answer) does not fit the local model's context."""
+    from ..generation import prompt_overflow
+
+    overflow = prompt_overflow(getattr(backend, "model", None), backend.tokenizer, prompts, max_new_tokens=32)
+    if overflow is None:
         return None
-    longest = max(prompts, key=len)
-    length = len(backend.tokenizer(longest, add_special_tokens=False)["input_ids"])
-    if length + 32 <= limit:
-        return None
+    length, limit = overflow
     return (f"the longest prompt has {length} tokens but {backend.name} reads at most {limit}; its answers will be "
             "meaningless. For TSP, build the dataset with a smaller candidate pool (icw bench build --pool-size N)")
 
@@ -329,11 +280,10 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
     warning = context_warning(backend, [r.user for r in requests])
     if warning:
         print(f"icw: warning: {family}: {warning}", file=sys.stderr)
-    tokenizers: dict[str, Any] = {}
 
     def save(done: list[Request], answers: list[str | None], errors: list[str | None]) -> None:
         ok = [i for i, a in enumerate(answers) if a is not None]
-        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok], tokenizers)
+        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok])
         by_index = dict(zip(ok, scores, strict=True))
         rows = []
         for i, request in enumerate(done):
@@ -402,16 +352,9 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
 
 # -------------------------------------------------------------------------------------- CLI
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The :class:`RunConfig` of parsed ``icw bench run`` arguments."""
-    return RunConfig(
-        out=args.out, dataset=args.dataset, families=tuple(args.families), split=args.split, limit=args.limit,
-        backend=args.backend, model=args.model, base_model=args.base_model, adapter=args.adapter,
-        base_url=args.base_url, api_key=args.api_key, mode=args.mode, max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size, concurrency=args.concurrency, delta=args.delta, seed=args.seed,
-        template=args.template, key_seed_offset=args.key_seed_offset, query_dataset=args.query_dataset,
-        query_column=args.query_column, attacks=tuple(args.attacks), attack_url=args.attack_url,
-        attack_model=args.attack_model, paraphrase_rounds=args.paraphrase_rounds, ppl_models=tuple(args.ppl_models),
-        judge_url=args.judge_url, judge_model=args.judge_model)
+    """The :class:`RunConfig` of parsed ``icw bench run`` arguments (the parser's three parts, joined)."""
+    values = vars(args)
+    return RunConfig.from_parts(*(part(**{f.name: values[f.name] for f in fields(part)}) for part in RUN_PARTS))
 
 
 def _run_command(args: argparse.Namespace) -> None:
@@ -425,39 +368,9 @@ def _run_command(args: argparse.Namespace) -> None:
     print(f"results in {out / RESPONSES}; summarise with: icw bench report {out}")
 
 
-def _help(name: str) -> str:
-    return RunConfig.__dataclass_fields__[name].metadata["help"]
-
-
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw bench run``: its options are built from :data:`RUN_PARTS` by the bench's
+    ``HfArgumentParser`` (``--field`` and ``--field-name`` spellings), plus ``--config``."""
     p = sub.add_parser("run", help="generate, score, attack and judge one model on ICWBench (resumable)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default=DEFAULT_DATASET, help=_help("dataset"))
-    p.add_argument("--out", required=True, help=_help("out"))
-    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, help=_help("families"))
-    p.add_argument("--split", default="test", help=_help("split"))
-    p.add_argument("--limit", type=int, help=_help("limit"))
-    p.add_argument("--backend", default="transformers", choices=BACKENDS, help=_help("backend"))
-    p.add_argument("--model", default="smollm2", help=_help("model"))
-    p.add_argument("--base-model", help=_help("base_model"))
-    p.add_argument("--adapter", help=_help("adapter"))
-    p.add_argument("--base-url", help=_help("base_url"))
-    p.add_argument("--api-key", help=_help("api_key"))
-    p.add_argument("--mode", default="instruction", choices=("instruction", "bias"), help=_help("mode"))
-    p.add_argument("--max-new-tokens", type=int, default=600, help=_help("max_new_tokens"))
-    p.add_argument("--batch-size", type=int, default=8, help=_help("batch_size"))
-    p.add_argument("--concurrency", type=int, default=4, help=_help("concurrency"))
-    p.add_argument("--delta", type=float, help=_help("delta"))
-    p.add_argument("--seed", type=int, default=0, help=_help("seed"))
-    p.add_argument("--template", default="paper", help=_help("template"))
-    p.add_argument("--key-seed-offset", type=int, help=_help("key_seed_offset"))
-    p.add_argument("--query-dataset", help=_help("query_dataset"))
-    p.add_argument("--query-column", default="query", help=_help("query_column"))
-    p.add_argument("--attacks", nargs="*", default=[], help=_help("attacks"))
-    p.add_argument("--attack-url", help=_help("attack_url"))
-    p.add_argument("--attack-model", help=_help("attack_model"))
-    p.add_argument("--paraphrase-rounds", type=int, default=1, help=_help("paraphrase_rounds"))
-    p.add_argument("--ppl-models", nargs="*", default=[], help=_help("ppl_models"))
-    p.add_argument("--judge-url", help=_help("judge_url"))
-    p.add_argument("--judge-model", help=_help("judge_model"))
+                       description=__doc__.split("\n\n")[0], dataclass_types=RUN_PARTS)
     p.set_defaults(func=_run_command)

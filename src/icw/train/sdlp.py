@@ -27,67 +27,24 @@ copy of the model); full fine-tuning keeps a frozen copy.
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from ..generation import chat_prompt
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
 from ..processors import AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
+from .hparams import TRAIN_DELTA, TRAIN_TOP_K
+from .sdlp_config import SDLPConfig
 
-#: Training-time perturbation strengths of the reference implementation (synthesis uses 3/3/8).
-TRAIN_DELTA = {"tsp": 5.0, "wip": 3.0, "sa": 8.0}
-#: Teacher top-k per family in the reference implementation (None: the full vocabulary).
-TRAIN_TOP_K: dict[str, int | None] = {"tsp": 1000, "wip": None, "sa": 1000}
-
-
-# ------------------------------------------------------------------------------------ config
-@dataclass
-class SDLPConfig(TrainingArguments):
-    r"""Configuration of :class:`SDLPTrainer`: ``transformers.TrainingArguments`` plus the SDLP fields.
-
-    The defaults follow the paper's reference run (lr 7e-6, batch 8, training deltas TSP 5.0,
-    WIP 3.0, SA 8.0; top-k 1000 for TSP and SA and the full vocabulary for WIP).
-    """
-
-    learning_rate: float = field(default=7e-6, metadata={"help": "Initial AdamW learning rate (paper: 7e-6)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Rows per device per step (paper: 8)."})
-    num_train_epochs: float = field(default=2.0, metadata={"help": "Epochs over D_cs (paper: 2-3)."})
-    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
-    remove_unused_columns: bool = field(
-        default=False, metadata={"help": "Keep the dataset columns: the collator needs family, key and the token ids."})
-    delta_tsp: float = field(default=TRAIN_DELTA["tsp"], metadata={"help": "Teacher bias strength for TSP rows."})
-    delta_wip: float = field(default=TRAIN_DELTA["wip"], metadata={"help": "Teacher bias strength for WIP rows."})
-    delta_sa: float = field(default=TRAIN_DELTA["sa"], metadata={"help": "Teacher bias strength for SA rows."})
-    top_k_tsp: int = field(default=1000, metadata={"help": "Teacher top-k support for TSP rows (0: full vocabulary)."})
-    top_k_wip: int = field(default=0, metadata={"help": "Teacher top-k support for WIP rows (0: full vocabulary)."})
-    top_k_sa: int = field(default=1000, metadata={"help": "Teacher top-k support for SA rows (0: full vocabulary)."})
-    max_response_length: int = field(
-        default=1024, metadata={"help": "Response tokens kept per row (EOS included); longer responses are cut."})
-    max_prompt_length: int = field(
-        default=32768, metadata={"help": "Longest student prompt accepted; a longer one raises (use a smaller TSP "
-                                         "pool_size for small-context models)."})
-    loss_chunk_size: int = field(
-        default=256, metadata={"help": "Response positions per chunk when applying the output head in the loss; "
-                                       "bounds the (chunk, vocab) tensors alive at once."})
-    instruction_template: str | None = field(
-        default=None, metadata={"help": "Custom instruction template for the student (default: the paper's)."})
-    model_init_kwargs: dict[str, Any] | None = field(
-        default=None, metadata={"help": "Keyword arguments of from_pretrained when the model is given as a path."})
-
-    def delta(self, family: str) -> float:
-        return float(getattr(self, f"delta_{family}"))
-
-    def top_k(self, family: str) -> int | None:
-        k = int(getattr(self, f"top_k_{family}"))
-        return k if k > 0 else None
-
+__all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
+           "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
 
 # ------------------------------------------------------------------------------------- loss
 def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
@@ -150,6 +107,43 @@ def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView
     return codes
 
 
+# ------------------------------------------------------------------------------ relabelling
+#: First key seed of relabelled training keys: inside the training pool (>= 1,000,000), apart from
+#: the synthesis seeds (family offsets of 10,000,000 below 40,000,000).
+RELABEL_SEED_OFFSET = 41_000_000
+
+
+def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, num_keys: int = 0) -> ICWKey:
+    """The fresh training key of row ``index``: same family and parameters (TSP gamma and pool, WIP
+    letter count, SA length) as ``key``, material drawn from an independent seed.
+
+    Example:
+        >>> old = ICWKey.create("sa", seed=1_000_003, length=19)
+        >>> new = relabel_key(old, None, index=3)
+        >>> (new.family, new.length, new.secret_string != old.secret_string)
+        ('sa', 19, True)
+    """
+    key = as_key(key)
+    slot = index if num_keys <= 0 else int(np.random.default_rng([seed, index, 11]).integers(num_keys))
+    new_seed = RELABEL_SEED_OFFSET + FAMILIES.index(key.family) * 1_000_000 + (seed % 1000) * 10_000 + slot % 10_000
+    params = {"tsp": {"gamma": key.gamma, "pool_size": key.pool_size}, "wip": {"num_letters": key.num_letters},
+              "sa": {"length": key.length}}[key.family]
+    return ICWKey.create(key.family, new_seed, tokenizer if key.family != "sa" else None, **params)
+
+
+def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0) -> Any:
+    """``D_cs`` with every ``D_H1`` key replaced by :func:`relabel_key` (the writing key is kept in
+    ``generating_key``); ``D_H0`` rows are unchanged."""
+
+    def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
+        old = row.get("key") or ""
+        if not (int(row.get("label", 1)) and old):
+            return {"key": old, "generating_key": old}
+        return {"key": relabel_key(old, tokenizer, index, seed, num_keys).to_string(), "generating_key": old}
+
+    return dataset.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
+
+
 # --------------------------------------------------------------------------- tokenization
 def tokenize_row(row: dict[str, Any], tokenizer: Any, template: str | None = None,
                  max_response_length: int = 1024, max_prompt_length: int | None = None) -> dict[str, Any]:
@@ -167,7 +161,10 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, template: str | None = Non
     if max_prompt_length is not None and len(ids[1]) > max_prompt_length:
         raise ValueError(f"a student prompt has {len(ids[1])} tokens, more than max_prompt_length={max_prompt_length}: "
                          "raise it, or build TSP keys with a smaller pool_size for small-context models")
-    response = tokenizer(row["response"], add_special_tokens=False)["input_ids"][: max(max_response_length - 1, 0)]
+    # the ids synthesis sampled when D_cs stores them (re-tokenizing the decoded text can differ)
+    sampled = row.get("response_ids")
+    response = list(sampled) if sampled is not None else tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+    response = [t for t in response if t != tokenizer.eos_token_id][: max(max_response_length - 1, 0)]
     return {"teacher_prompt_ids": ids[0], "student_prompt_ids": ids[1],
             "response_ids": response + [tokenizer.eos_token_id], "watermarked": watermarked}
 
@@ -185,6 +182,16 @@ def tokenize_dataset(dataset: Any, tokenizer: Any, template: str | None = None, 
 
 
 # ------------------------------------------------------------------------------ collator
+class _Rows:
+    """The batch's rows (keys and prompt ids) riding along in the batch for on-policy resampling; an
+    opaque object, so Trainer and accelerate pass it through instead of walking its lists."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+
 class SDLPCollator:
     """Pads teacher and student sequences (right padding) and builds the perturbation.
 
@@ -257,6 +264,8 @@ class SDLPCollator:
         batch["bias_values"] = torch.tensor(values, dtype=torch.float32)
         batch["bias_index"] = index * batch["response_mask"].long()
         batch["top_k"] = torch.tensor(top_k, dtype=torch.long)
+        batch["rows"] = _Rows([{k: f[k] for k in ("family", "key", "watermarked", "teacher_prompt_ids",
+                                                  "student_prompt_ids") if k in f} for f in features])
         return batch
 
 
@@ -352,8 +361,27 @@ class SDLPTrainer(Trainer):
         teacher_model: an explicit frozen teacher (default: the base model itself).
 
     Example:
-        >>> trainer = SDLPTrainer(model, SDLPConfig(output_dir="out"), train_dataset=ds, processing_class=tok)
-        >>> trainer.train()
+        One step on two rows of ``D_cs`` (a watermarked ``D_H1`` row and a plain ``D_H0`` row) with a
+        random stand-in model:
+
+        >>> import tempfile
+        >>> from datasets import Dataset
+        >>> from transformers import PrinterCallback
+        >>> from icw import ICWKey
+        >>> from icw.models import load_tokenizer
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> key = ICWKey.create("wip", seed=1, tokenizer=tok).to_string()
+        >>> rows = Dataset.from_list([
+        ...     {"family": "wip", "key": key, "query": "Why is the sky blue?", "response": "Light scatters.", "label": 1},
+        ...     {"family": "wip", "key": "", "query": "Name a bird.", "response": "A robin.", "label": 0}])
+        >>> args = SDLPConfig(output_dir=tempfile.mkdtemp(), max_steps=1, per_device_train_batch_size=2,
+        ...                   use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+        >>> trainer = SDLPTrainer(tiny_random_model("qwen3"), args, train_dataset=rows, processing_class=tok)
+        >>> trainer.remove_callback(PrinterCallback)  # keep the example's output to the result
+        >>> result = trainer.train()
+        >>> result.global_step, result.training_loss > 0
+        (1, True)
     """
 
     def __init__(self, model: Any, args: SDLPConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -378,17 +406,22 @@ class SDLPTrainer(Trainer):
         if teacher_model is not None:
             teacher_model.eval().requires_grad_(False)
 
-        def prepare(ds: Any) -> Any:
-            if ds is None or "response_ids" in ds.column_names:
+        def prepare(ds: Any, relabel: bool = False) -> Any:
+            if ds is None or "student_prompt_ids" in ds.column_names:
+                if relabel and ds is not None:
+                    raise ValueError("relabel_keys needs D_cs before tokenization (the student prompt shows the key)")
                 return ds
+            if relabel:
+                ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys)
             return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
                                     args.max_prompt_length)
 
         vocab = model.config.get_text_config().vocab_size
         super().__init__(model=model, args=args, data_collator=SDLPCollator(processing_class, vocab, args),
-                         train_dataset=prepare(train_dataset), eval_dataset=prepare(eval_dataset),
+                         train_dataset=prepare(train_dataset, args.relabel_keys), eval_dataset=prepare(eval_dataset),
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
         self.model_accepts_loss_kwargs = False  # our loss is already a batch mean; Trainer scales for accumulation
+        self._on_policy_rng = random.Random(args.seed)
         self.teacher_model = teacher_model
         if teacher_model is not None:
             if self.is_deepspeed_enabled:
@@ -401,6 +434,41 @@ class SDLPTrainer(Trainer):
                 self.teacher_model = prepare_fsdp(teacher_model, self.accelerator)
             else:
                 self.teacher_model = teacher_model.to(self.accelerator.device)
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """With probability ``lmbda`` (as trl's GKD) the batch's responses are replaced by the student's own
+        samples before the usual SDLP step."""
+        if self.args.lmbda > 0 and self._on_policy_rng.random() < self.args.lmbda:
+            inputs = self.on_policy_batch(model, inputs)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    @torch.no_grad()
+    def on_policy_batch(self, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The same rows with responses sampled by the student from its own prompt (``transformers``
+        ``generate``), re-collated: the teacher then scores the student's own tokens, its ``Delta_t``
+        (WIP/TSP mask, SA replay) follows them, and nothing of the off-policy answer remains."""
+        rows = inputs["rows"].rows
+        tok = self.processing_class
+        prompts = [list(r["student_prompt_ids"]) for r in rows]
+        width = max(len(p) for p in prompts)
+        pad = self.data_collator.pad_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.accelerator.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.accelerator.device)
+        max_new = self.args.on_policy_max_new_tokens or max(self.args.max_response_length - 1, 1)
+        unwrapped = self.accelerator.unwrap_model(model)
+        was_training = unwrapped.training
+        unwrapped.eval()
+        try:
+            out = unwrapped.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=max_new,
+                                     temperature=self.args.on_policy_temperature, top_p=1.0, top_k=0,
+                                     pad_token_id=pad, eos_token_id=tok.eos_token_id, use_cache=True)
+        finally:
+            unwrapped.train(was_training)
+        features = []
+        for r, seq in zip(rows, out[:, width:].tolist(), strict=True):
+            cut = seq.index(tok.eos_token_id) if tok.eos_token_id in seq else len(seq)
+            features.append({**r, "response_ids": seq[:cut] + [tok.eos_token_id]})
+        return self.data_collator(features)
 
     def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
         with torch.no_grad():
@@ -453,26 +521,32 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
 
 
 
-def make_parser() -> Any:
-    """The ``TrlParser`` of ``recipes/sdlp.py``: data, :class:`SDLPConfig` and trl's ``ModelConfig`` (LoRA fields)."""
+def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
+    """The ``TrlParser`` of ``recipes/sdlp.py`` and ``icw train sdlp``: :class:`~icw.train.common.DCSArguments`
+    (script), :class:`SDLPConfig` (training) and trl's ``ModelConfig`` (model, LoRA). With ``subparsers``
+    (whose ``parser_class`` is a ``TrlParser``) it is added there as the ``sdlp`` sub-command, as trl's scripts do."""
     from trl import ModelConfig, TrlParser
 
     from .common import DCSArguments
 
-    return TrlParser((DCSArguments, SDLPConfig, ModelConfig))
+    dataclass_types = (DCSArguments, SDLPConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("sdlp", help="self-distillation with logit perturbation on D_cs",
+                                     dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
 
 
-def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
-    """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
+def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTrainer:
+    """Train as parsed by :func:`make_parser` (``recipes/sdlp.py``, ``icw train sdlp``): load ``D_cs`` and
+    the policy, train, save (and push, with the model card when results are given)."""
     from trl import get_peft_config
 
     from .common import load_policy, save_and_push
 
-    data_args, config, model_args = make_parser().parse_args_and_config(None if argv is None else list(argv))
     model, tokenizer = load_policy(model_args)
-    dataset = data_args.load(seed=config.seed)
-    trainer = SDLPTrainer(model, config, train_dataset=dataset, processing_class=tokenizer,
+    dataset = script_args.load(seed=training_args.seed)
+    trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,
                           peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer
