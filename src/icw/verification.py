@@ -234,13 +234,56 @@ def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) ->
         columns = (by_letter[c] for c in text_codes[0])
     else:
         columns = (secret_masks[np.arange(rows), text_codes[:, j]] for j in range(text_codes.shape[1]))
-    v, u, w = np.full(rows, full, dtype=dtype), np.empty(rows, dtype), np.empty(rows, dtype)
+    v = np.full(rows, full, dtype=dtype)
+    _lcs_advance(v, columns, full)
+    return width - np.bitwise_count(v).astype(np.int64)
+
+
+def _lcs_advance(v: np.ndarray, columns: Any, full: np.unsignedinteger) -> None:
+    """Run the bit-parallel LCS recurrence over ``columns`` (match masks, one per text position),
+    updating the state vector ``v`` in place: a text can be fed in blocks."""
+    u, w = np.empty_like(v), np.empty_like(v)
     for match in columns:  # v <- ((v + u) | (v - u)) & full with u = v & match, in place
         np.bitwise_and(v, match, out=u)
         np.add(v, u, out=w)
         np.subtract(v, u, out=v)
         np.bitwise_or(v, w, out=v)
         np.bitwise_and(v, full, out=v)
+
+
+#: Sentence counts up to this use cached permutation tables; longer texts draw their shuffles in
+#: blocks of this many positions, so the SA null takes O(N * block) memory whatever the length.
+_PERMUTATION_BLOCK = 256
+
+
+def _permutation_null(secret: str, phi_codes: np.ndarray, count: int) -> np.ndarray:
+    """LCS of ``secret`` with ``count`` uniformly random orderings of the letters ``phi_codes``.
+
+    Short texts index cached permutations of ``range(m)``. Longer ones are shuffled block by
+    block without materialising the ``(count, m)`` orderings: the letter counts of the next
+    block are drawn from each ordering's remaining letters (a multivariate hypergeometric draw,
+    one hypergeometric per letter), then shuffled within the block. Block by block this is the
+    same uniform ordering of the multiset, and the LCS only depends on the letters."""
+    width, m = len(secret), len(phi_codes)
+    table = _secret_table(secret)
+    if m <= _PERMUTATION_BLOCK:
+        return lcs_lengths(table, phi_codes[_permutations(m, count)], width)
+    rng = _rng("permutation-null", m, count, np.bincount(phi_codes, minlength=26).tobytes())
+    remaining = np.tile(np.bincount(phi_codes, minlength=26), (count, 1))
+    letters_row = np.tile(np.arange(26, dtype=np.uint8), count)
+    dtype = _mask_dtype(width)
+    full = dtype((1 << width) - 1)
+    v = np.full(count, full, dtype=dtype)
+    for start in range(0, m, _PERMUTATION_BLOCK):
+        size = min(_PERMUTATION_BLOCK, m - start)
+        take, left, rest = np.empty_like(remaining), np.full(count, size), remaining.sum(axis=1)
+        for c in range(26):
+            rest -= remaining[:, c]
+            take[:, c] = rng.hypergeometric(remaining[:, c], rest, left) if c < 25 else left
+            left -= take[:, c]
+        remaining -= take
+        block = rng.permuted(np.repeat(letters_row, take.ravel()).reshape(count, size), axis=1)
+        _lcs_advance(v, np.ascontiguousarray(table[0][block].T), full)
     return width - np.bitwise_count(v).astype(np.int64)
 
 
@@ -267,19 +310,13 @@ def _secret_table(secret: str) -> np.ndarray:
     return _secret_masks(_codes(secret)[None, :]).astype(_mask_dtype(len(secret)))
 
 
+@lru_cache(maxsize=128)
 def _permutations(length: int, count: int) -> np.ndarray:
     """``count`` random orderings of ``range(length)``, drawn once per (length, count) and
     reused for every text: a permutation null only needs orderings independent of the text.
-    Cached for the usual lengths only, so a few very long texts cannot pin much memory."""
-    return _cached_permutations(length, count) if length <= 256 else _draw_permutations(length, count)
-
-
-def _draw_permutations(length: int, count: int) -> np.ndarray:
+    Used for short texts only (longer ones are shuffled in blocks), so the cache stays small."""
     rng = _rng("permutations", length, count)
     return rng.permuted(np.tile(np.arange(length, dtype=np.int32), (count, 1)), axis=1)
-
-
-_cached_permutations = lru_cache(maxsize=128)(_draw_permutations)
 
 
 @lru_cache(maxsize=64)
@@ -435,7 +472,7 @@ def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_p
     secret_masks = _secret_table(secret)
     phi_codes = _codes(phi)
     x = int(lcs_lengths(secret_masks, phi_codes[None, :], k)[0])
-    null = lcs_lengths(secret_masks, phi_codes[_permutations(m, num_permutations)], k)
+    null = _permutation_null(secret, phi_codes, num_permutations)
     mean, sd = float(null.mean()), float(null.std(ddof=1))  # sample sd, as the reference
     z = (x - mean) / sd if sd > 0 else 0.0
     perm_p = (int((null >= x).sum()) + 1) / (num_permutations + 1)
