@@ -68,13 +68,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     sizes = [0.01, 0.05] if args.quick else args.sizes
 
     from icw import ICWKey
+    from icw.models import load_tokenizer
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1] / "src"),
                                                                       os.environ.get("PYTHONPATH")]))}
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
-            key = ICWKey.create(family, seed=1, tokenizer=None if family == "sa" else args.tokenizer).to_string()
+            key = ICWKey.create(family, seed=1, tokenizer=None if family == "sa" else load_tokenizer(args.tokenizer)).to_string()
             baseline = None
             for size in [0.0, *sizes]:
                 text = human_text(int(size * 1e6)) if size else ""
