@@ -13,7 +13,7 @@ letters its memory does not grow with the text. Before (issue 12.6) the permutat
 all 1000 shuffles of the whole text: 1.17 GB for 2 MB, 3 GB for 6 MB.
 
     python benchmarks/detect_memory.py                  # 0.1, 1 and 10 MB, three families
-    python benchmarks/detect_memory.py --quick          # 0.01 and 0.05 MB, seconds
+    python benchmarks/detect_memory.py --quick          # 0.01 MB, seconds
     python benchmarks/detect_memory.py --sizes 2 --families sa
 """
 
@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1.0, 10.0], help="input sizes in MB (10^6 bytes)")
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     parser.add_argument("--tokenizer", default="qwen3", help="tokenizer of the TSP/WIP keys")
-    parser.add_argument("--quick", action="store_true", help="0.01 and 0.05 MB only")
+    parser.add_argument("--quick", action="store_true", help="0.01 MB only")
     args = parser.parse_args(argv)
-    sizes = [0.01, 0.05] if args.quick else args.sizes
+    sizes = [0.01] if args.quick else args.sizes
 
     from icw import ICWKey
     from icw.models import load_tokenizer
