@@ -5,7 +5,14 @@ import numpy as np
 import pytest
 
 from icw import ICWKey, verify
-from icw.verification import _PERMUTATION_BLOCK, _codes, _permutation_null, _permutations, _secret_table, lcs_lengths
+from icw.verification import (
+    _PERMUTATION_BLOCK,
+    _codes,
+    _permutation_null,
+    _permutations,
+    _secret_table,
+    lcs_lengths,
+)
 
 SECRET = "ABCDEFGHILMNOPRSTU"
 
