@@ -14,7 +14,7 @@ all 1000 shuffles of the whole text: 1.17 GB for 2 MB, 3 GB for 6 MB.
 
     python benchmarks/detect_memory.py                  # 0.1, 1 and 10 MB, three families
     python benchmarks/detect_memory.py --quick          # 0.01 MB, seconds
-    python benchmarks/detect_memory.py --sizes 2 --families sa
+    python benchmarks/detect_memory.py --sizes 2 --families sa --src ../other-checkout/src
 """
 
 from __future__ import annotations
@@ -64,14 +64,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
     parser.add_argument("--tokenizer", default="qwen3", help="tokenizer of the TSP/WIP keys")
     parser.add_argument("--quick", action="store_true", help="0.01 MB only")
+    parser.add_argument("--src", type=Path, default=Path(__file__).resolve().parents[1] / "src",
+                        help="the icw sources to run (another checkout's src/, to compare versions)")
     args = parser.parse_args(argv)
     sizes = [0.01] if args.quick else args.sizes
 
     from icw import ICWKey
     from icw.models import load_tokenizer
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1] / "src"),
-                                                                      os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.src), os.environ.get("PYTHONPATH")]))}
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
