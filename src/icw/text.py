@@ -270,6 +270,11 @@ def sentence_initial_spans(text: str) -> list[tuple[int, str]]:
     return advance(START, text)[1]
 
 
-def sentence_initials(text: str) -> str:
-    """``Phi(text)``: the upper-cased first letter of every sentence, in order."""
-    return "".join(letter for _, letter in sentence_initial_spans(text))
+def sentence_initials(text: str, chunk: int = 1 << 16) -> str:
+    """``Phi(text)``: the upper-cased first letter of every sentence, in order. The text is read
+    in chunks of ``chunk`` characters, so only the letters are kept (one byte per sentence)."""
+    state, letters = START, []
+    for start in range(0, len(text), chunk):
+        state, found = advance(state, text[start:start + chunk])
+        letters.append("".join(letter for _, letter in found))
+    return "".join(letters)

@@ -38,7 +38,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
-from .text import sentence_initial_spans
+from .text import sentence_initial_spans, sentence_initials
 from .vocab import ALPHABET, VocabularyView, vocabulary
 
 DEFAULT_ALPHA = 0.01
@@ -463,8 +463,8 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
 def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_permutations: int,
               num_null_keys: int) -> VerificationResult:
     secret = key.secret_string
-    spans = sentence_initial_spans(text)
-    phi = "".join(letter for _, letter in spans)
+    spans = sentence_initial_spans(text) if want_highlights else None  # else keep the letters only
+    phi = "".join(letter for _, letter in spans) if want_highlights else sentence_initials(text)
     m, k = len(phi), len(secret)
     note = _text_note(text)
     if m == 0:
