@@ -12,9 +12,9 @@ permutation null and the (26, 9999) masks of the key null, so beyond the text it
 letters its memory does not grow with the text. Before (issue 12.6) the permutation null held
 all 1000 shuffles of the whole text: 1.17 GB for 2 MB, 3 GB for 6 MB.
 
-    python benchmarks/detect_memory.py                  # 0.1, 1 and 10 MB, three families
-    python benchmarks/detect_memory.py --quick          # 0.01 MB, seconds
-    python benchmarks/detect_memory.py --sizes 2 --families sa --src ../other-checkout/src
+    .venv/bin/python benchmarks/detect_memory.py                  # 0.1, 1 and 10 MB, three families
+    .venv/bin/python benchmarks/detect_memory.py --quick          # 0.01 MB, seconds
+    .venv/bin/python benchmarks/detect_memory.py --sizes 2 --families sa --src ../other-checkout/src
 """
 
 from __future__ import annotations

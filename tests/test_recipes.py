@@ -49,10 +49,39 @@ def test_recipe_yaml_parses_with_trl_parser(path):
             assert config.learning_rate == 7e-6 and config.top_k("tsp") == 1000 and config.top_k("wip") is None
             assert (config.delta("tsp"), config.delta("wip"), config.delta("sa")) == (5.0, 3.0, 8.0)
     if path.stem == "grpo":
-        _, reward_args, config, _ = parsed
+        _, config, _, reward_args = parsed
         if path.parent.name != "smollm2-135m":
             assert config.num_generations == 8 and reward_args.min_completion_tokens == 200
             assert config.learning_rate == 1e-6
+
+
+def test_recipes_have_trl_script_shape_and_take_defaults_from_the_paper_table():
+    """``main(*make_parser().parse_args_and_config())`` in every recipe; ``make_parser(subparsers)``
+    adds the sub-command to a TrlParser sub-command tree, as trl's scripts do; defaults from hparams."""
+    import argparse
+    import inspect
+
+    from trl import TrlParser
+
+    from icw.train import hparams
+
+    tree = argparse.ArgumentParser(prog="x").add_subparsers(dest="command", parser_class=TrlParser)
+    for name, make in PARSERS.items():
+        module = inspect.getmodule(make) if name != "sft" else _sft_module()
+        assert list(inspect.signature(module.make_parser).parameters)[:2] == ["subparsers", "prog"]
+        sub = module.make_parser(tree)
+        assert isinstance(sub, TrlParser) and tree.choices[name] is sub
+        assert "main(*parser.parse_args_and_config())" in (ROOT / "recipes" / f"{name}.py").read_text()
+    config = sdlp.SDLPConfig(output_dir="o", use_cpu=True)
+    assert {f: config.delta(f) for f in hparams.TRAIN_DELTA} == hparams.TRAIN_DELTA
+    assert {f: config.top_k(f) for f in hparams.TRAIN_TOP_K} == hparams.TRAIN_TOP_K
+    assert all(getattr(config, k) == v for k, v in hparams.SDLP_TRAINING.items())
+    _, grpo_config, _, reward_args = grpo.make_parser().parse_args_and_config(["--use_cpu", "true"])
+    assert all(getattr(grpo_config, k) == v for k, v in hparams.GRPO_TRAINING.items())
+    assert reward_args.min_completion_tokens == hparams.GRPO_MIN_COMPLETION_TOKENS
+    # a recipe YAML / the command line still override the table
+    _, grpo_config, _, _ = grpo.make_parser().parse_args_and_config(["--use_cpu", "true", "--learning_rate", "3e-6"])
+    assert grpo_config.learning_rate == 3e-6
 
 
 def test_unknown_yaml_key_is_rejected(tmp_path):
@@ -141,28 +170,3 @@ def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
     assert "no training queries" in capsys.readouterr().err
     assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
 
-
-def _readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text.split("<!-- section:train -->")[1].split("<!-- /section:train -->")[0]
-
-
-def test_readme_train_section_examples(capsys):
-    import re
-
-    section = _readme_section()
-    python = section.split("```python\n")[1].split("```")[0]
-    exec(compile(python, "README-train", "exec"), {})
-    out = capsys.readouterr().out.splitlines()
-    assert float(out[0].split("(")[1].split(")")[0]) == pytest.approx(0.0, abs=1e-6)
-    assert out[1] == "['highlighted initials']"
-    bash = section.split("```bash\n")[1].split("```")[0]
-    commands = [line for line in bash.splitlines() if line and not line.startswith("#")]
-    assert len(commands) == 4
-    for line in commands:
-        for path in re.findall(r"(recipes/\S+\.(?:py|yaml))", line):
-            assert (ROOT / path).is_file(), path
-        script = re.search(r"recipes/(\w+)\.py", line).group(1)
-        config = re.search(r"--config (\S+)", line).group(1)
-        extra = ["--use_cpu", "true"] if script != "synthesize" else []
-        PARSERS[script]().parse_args_and_config(["--config", str(ROOT / config), *extra])
