@@ -242,7 +242,7 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
         >>> processor = SentenceAcrosticLogitsProcessor(keys, tok)
         >>> texts = sample([processor])
         >>> [k.secret_string[:3] for k in keys], processor.tracked_letters, processor.targets
-        (['YNT', 'BSR'], ['YN', 'B'], [2, 1])
+        (['YNT', 'BSR'], ['Y', 'B'], [1, 1])
     """
 
     family = "sa"
