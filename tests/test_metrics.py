@@ -143,7 +143,7 @@ def test_tpr_intervals_cover_the_truth():
     covered, widths = 0, []
     for r in range(reps):
         rep = detection_report(rng.normal(mu, 1, n), rng.normal(0, 1, n), fpr=0.1, num_bootstrap=200, seed=r)
-        lo, hi = rep.tpr_ci
+        lo, hi = rep.tpr_at_fpr_ci
         covered += lo <= truth <= hi
         widths.append(hi - lo)
     assert covered / reps >= 0.8, f"coverage {covered}/{reps}"

@@ -298,7 +298,7 @@ def test_bundle_writes_an_uploadable_space(tmp_path):
     out = subprocess.run(["bash", str(ROOT / "scripts" / "launch_space.sh"), "--bundle", str(tmp_path / "space")],
                          capture_output=True, text=True, timeout=60, check=True)
     assert "Space folder ready" in out.stdout
-    for name in ("app.py", "README.md", "requirements.txt", "icw/__init__.py", "icw/verify.py"):
+    for name in ("app.py", "README.md", "requirements.txt", "icw/__init__.py", "icw/verification.py"):
         assert (tmp_path / "space" / name).is_file(), name
     assert not list((tmp_path / "space").rglob("__pycache__"))
 

@@ -8,7 +8,8 @@ import pytest
 
 from icw import ICWKey, ICWKeyError, KeyMismatchError, TextTooLongError, verify, vocabulary
 from icw.keys import SA_POOL
-from icw.verification import _codes, _secret_masks, lcs_lengths, wip_key_null_sf, z_statistic
+from icw.lcs import lcs_lengths, letter_codes, secret_masks
+from icw.verification import wip_key_null_sf, z_statistic
 
 HUMAN = ("The committee met on Tuesday to discuss the budget. Members raised concerns about rising costs, "
          "and several proposals were tabled for further review. A final decision is expected next month. ") * 3
@@ -29,7 +30,7 @@ def test_bit_parallel_lcs_matches_dynamic_programming():
         k = rng.randint(1, 63)
         secret = "".join(rng.choice("ABCDE") for _ in range(k))
         text = "".join(rng.choice("ABCDEF") for _ in range(rng.randint(1, 90)))
-        got = lcs_lengths(_secret_masks(_codes(secret)[None, :]), _codes(text)[None, :], k)[0]
+        got = lcs_lengths(secret_masks(letter_codes(secret)[None, :]), letter_codes(text)[None, :], k)[0]
         assert got == python_lcs(secret, text)
 
 

@@ -37,7 +37,7 @@ except ModuleNotFoundError:  # running from a checkout without `pip install -e .
 
 import gradio as gr  # noqa: E402
 
-from icw.generation import DEFAULT_SAMPLING, generate_responses  # noqa: E402
+from icw.generation import DEFAULT_SAMPLING, generate_responses, prompt_overflow  # noqa: E402
 from icw.keys import DEFAULT_DELTA, FAMILIES, FAMILY_NAMES, ICWKey, ICWKeyError, KeyMismatchError  # noqa: E402
 from icw.models import SMOLLM2_HUB_ID, MissingAssetError, load_model, load_tokenizer  # noqa: E402
 from icw.verification import DEFAULT_ALPHA, verify  # noqa: E402
@@ -353,11 +353,9 @@ def request_stop(request: gr.Request = None) -> None:
 
 
 def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: int) -> None:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if not limit:
-        return
-    n = len(tok(key.prompt(query, tok), add_special_tokens=False)["input_ids"])
-    if n + max_new_tokens > limit:
+    overflow = prompt_overflow(model, tok, [key.prompt(query, tok)], max_new_tokens)
+    if overflow is not None:
+        n, limit = overflow
         hint = " Lower the TSP candidate pool or gamma." if key.family == "tsp" else " Shorten the query."
         raise UserInputError(f"The instructed prompt is {n:,} tokens; with {max_new_tokens} new tokens it exceeds "
                              f"this model's context of {limit:,} tokens.{hint}")

@@ -31,8 +31,14 @@ def _key_new(args: argparse.Namespace) -> None:
         params["gamma"] = args.gamma
     if args.pool_size is not None:
         params["pool_size"] = args.pool_size
+    if args.num_letters is not None:
+        params["num_letters"] = args.num_letters
     if args.length is not None:
-        params["num_letters" if args.family == "wip" else "length"] = args.length
+        if args.family == "wip" and args.num_letters is None:  # the old spelling, kept for one release
+            print("icw: warning: --length for a WIP key is deprecated; use --num-letters", file=sys.stderr)
+            params["num_letters"] = args.length
+        else:
+            params["length"] = args.length
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
     key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
@@ -121,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--tokenizer", default="qwen3", help="qwen3, gpt2, smollm2 (embedded), a folder or a Hub id")
     new.add_argument("--gamma", type=float, help="TSP green fraction (default 0.2)")
     new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens")
-    new.add_argument("--length", type=int, help="SA secret length (default 18) or WIP letter count (default 13)")
+    new.add_argument("--num-letters", type=int, help="WIP green-letter count (default 13)")
+    new.add_argument("--length", type=int, help="SA secret length (default 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
     new.set_defaults(func=_key_new)
 

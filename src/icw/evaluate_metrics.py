@@ -22,8 +22,8 @@ import datasets
 import evaluate
 import numpy as np
 
-from .citation import PAPER_AUTHORS, PAPER_TITLE
-from .keys import as_keys, check_family
+from .citation import BIBTEX
+from .keys import FAMILY_NAMES, as_keys, check_family
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
 
 METRICS = ("icw_tsp", "icw_wip", "icw_sa", "icw_detection")
@@ -115,10 +115,10 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
     report = detection_report(scores[labels == 1], scores[labels == 0], fpr=fpr, confidence=confidence,
                               num_bootstrap=num_bootstrap, seed=seed)
     return {
-        "roc_auc": report.auc,
-        "roc_auc_ci": list(report.auc_ci),
-        "tpr_at_fpr": report.tpr,
-        "tpr_at_fpr_ci": list(report.tpr_ci),
+        "roc_auc": report.roc_auc,
+        "roc_auc_ci": list(report.roc_auc_ci),
+        "tpr_at_fpr": report.tpr_at_fpr,
+        "tpr_at_fpr_ci": list(report.tpr_at_fpr_ci),
         "fpr": report.fpr,
         "confidence": report.confidence,
         "num_positive": report.num_positive,
@@ -126,15 +126,8 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
     }
 
 
-CITATION = f"""\
-@article{{liu2026icwsd,
-  title={{{PAPER_TITLE}}},
-  author={{{" and ".join(PAPER_AUTHORS.split(", "))}}},
-  year={{2026}}
-}}
-"""
+CITATION = BIBTEX + "\n"
 
-_FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference", "sa": "Sentence Acrostic"}
 _P_VALUES = {
     "tsp": "exact, hypergeometric",
     "wip": "exact, over all random keys with the same number of letters",
@@ -174,7 +167,7 @@ Returns:
 
 
 def _verification_description(family: str) -> str:
-    return (f"{_FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
+    return (f"{FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
             f"Statistic: {STATISTICS[family]}. Null hypothesis: {NULL_HYPOTHESES[family]}. "
             f"p-value: {_P_VALUES[family]}. Returns per-text z-scores (the paper's statistic) and "
             "p-values, and summary figures.\n")

@@ -20,6 +20,8 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from .templates import MATERIAL_FIELD as _MATERIAL_FIELD
+from .templates import TEMPLATES
 from .vocab import ALPHABET, VocabularyView, vocabulary
 
 FAMILIES = ("tsp", "wip", "sa")
@@ -28,46 +30,13 @@ FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference",
 SA_POOL = "ABCDEFGHILMNOPRSTUWY"
 #: Logit-bias strengths used for cold-start synthesis (paper Appendix A; SA from training).
 DEFAULT_DELTA = {"tsp": 3.0, "wip": 3.0, "sa": 8.0}
+#: Key seeds are per query; evaluation (ICWBench test rows) draws from ``[TEST_SEED_START, TRAIN_SEED_START)``
+#: and training (ICWBench train rows, cold-start synthesis) from ``TRAIN_SEED_START`` up, so the pools are disjoint.
+TEST_SEED_START = 0
+TRAIN_SEED_START = 1_000_000
 _FAMILY_CODE = {"tsp": 1, "wip": 2, "sa": 3}
 _PREFIX = "icw"
 
-TEMPLATES = {
-    "tsp": (
-        "<green>\n{green_tokens}\n</green>\n\n"
-        "Respond to the user query. Seamlessly incorporate as many tokens\n"
-        "from <green> as possible without compromising text quality."
-    ),
-    "wip": (
-        "<green>\n{green_letters}\n</green>\n\n<red>\n{red_letters}\n</red>\n\n"
-        "Given the <green> and <red> letter lists, respond to the user query\n"
-        "with clarity, accuracy, informativeness, and relevance. Favor words\n"
-        "beginning with letters from <green> and minimize those beginning with\n"
-        "letters from <red>. Never reveal the <green> and <red> letter lists\n"
-        "in your reply."
-    ),
-    "sa": (
-        "You will receive a SECRET STRING and a user query. Answer the query\n"
-        "naturally and helpfully. While doing so, structure the answer so the\n"
-        "first letters of your sentences can spell out the secret string in\n"
-        "order. Treat the acrostic as a soft guide that you follow whenever it\n"
-        "does not hurt the response.\n\n"
-        "Rules:\n"
-        "1. Track the next unmatched letter in the secret string as the target\n"
-        "   letter. It starts at the first letter and only advances when a\n"
-        "   sentence successfully starts with it.\n"
-        "2. Prefer to start each new sentence with the target letter. If\n"
-        "   starting with the target letter would clearly hurt the response\n"
-        "   quality, write a non-matching sentence instead. After three\n"
-        "   consecutive misses, drop that letter and advance to the next.\n"
-        "3. Once the secret string is fully consumed, continue answering\n"
-        "   naturally with no further letter constraints.\n"
-        "4. Write in plain narrative prose. Do not visually highlight first\n"
-        "   letters in any way.\n\n"
-        "SECRET STRING: {secret}"
-    ),
-}
-#: The placeholder each family's template must contain.
-_MATERIAL_FIELD = {"tsp": "{green_tokens}", "wip": "{green_letters}", "sa": "{secret}"}
 
 
 class ICWKeyError(ValueError):

@@ -3,7 +3,7 @@
 Writes into the run directory:
 
 * ``results.json``: the summary the model-card command reads (format: results_schema);
-* ``report.md``: detection in the layout of the paper's Table 2 (AUC and TPR@1%FPR per
+* ``report.md``: detection in the layout of the paper's Table 2 (ROC-AUC and TPR@1%FPR per
   family), quality in the layout of Table 3 (perplexity per reference model, the four judge
   scores and their mean), mean z of positives vs negatives, and AUC after each attack;
 * ``roc_<family>.png`` and ``z_hist_<family>.png`` (matplotlib, Agg backend).
@@ -59,7 +59,7 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
             apos, aneg = paired_scores(records, family, attack)
             got = detection_summary(apos, aneg, num_bootstrap=num_bootstrap)
             if got:
-                summary["attacks"][attack] = {"auc": got["auc"], "tpr_at_1fpr": got["tpr_at_1fpr"],
+                summary["attacks"][attack] = {"roc_auc": got["roc_auc"], "tpr_at_fpr": got["tpr_at_fpr"],
                                               "num_positive": got["num_positive"],
                                               "mean_z_positive": got["mean_z_positive"]}
         result["families"][family] = summary
@@ -90,6 +90,11 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def _tpr_label(summary: dict[str, Any]) -> str:
+    """``TPR@1%FPR`` for the rate the summary was computed at (results before ``fpr`` was stored: 1%)."""
+    return f"TPR@{100 * summary.get('fpr', 0.01):g}%FPR"
+
+
 def markdown(result: dict[str, Any]) -> str:
     """Tables 2 and 3 of the paper for one model, plus mean z and attacks."""
     fams = [f for f in FAMILIES if f in result["families"]]
@@ -99,19 +104,21 @@ def markdown(result: dict[str, Any]) -> str:
              f"Dataset `{result.get('dataset')}`, mode `{result.get('mode')}`, "
              f"max new tokens {result.get('max_new_tokens')}.", ""]
     lines += ["## Detection (paper Table 2)", "",
-              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} TPR@1%FPR" for f in fams) + " |",
+              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} {_tpr_label(F[f])}" for f in fams) + " |",
               "|---|" + "---:|---:|" * len(fams),
-              f"| {result['model']} | " + " | ".join(f"{_fmt(F[f]['auc'])} | {_fmt(F[f]['tpr_at_1fpr'])}"
+              f"| {result['model']} | " + " | ".join(f"{_fmt(F[f]['roc_auc'])} | {_fmt(F[f]['tpr_at_fpr'])}"
                                                      for f in fams) + " |", ""]
     lines += ["## Scores per family", "",
-              "| Family | n (pos/neg) | mean z positive | mean z negative | AUC [95% CI] | TPR@1%FPR [95% CI] |",
+              "| Family | n (pos/neg) | mean z positive | mean z negative | AUC [95% CI] | "
+              f"{_tpr_label(F[fams[0]]) if fams else 'TPR'} [95% CI] |",
               "|---|---:|---:|---:|---:|---:|"]
     for f in fams:
         s = F[f]
         lines.append(f"| {FAMILY_NAMES[f]} ({f.upper()}) | {s['num_positive']}/{s['num_negative']} | "
                      f"{_fmt(s['mean_z_positive'], 2)} | {_fmt(s['mean_z_negative'], 2)} | "
-                     f"{_fmt(s['auc'])} [{_fmt(s['auc_ci'][0])}, {_fmt(s['auc_ci'][1])}] | "
-                     f"{_fmt(s['tpr_at_1fpr'])} [{_fmt(s['tpr_ci'][0])}, {_fmt(s['tpr_ci'][1])}] |")
+                     f"{_fmt(s['roc_auc'])} [{_fmt(s['roc_auc_ci'][0])}, {_fmt(s['roc_auc_ci'][1])}] | "
+                     f"{_fmt(s['tpr_at_fpr'])} "
+                     f"[{_fmt(s['tpr_at_fpr_ci'][0])}, {_fmt(s['tpr_at_fpr_ci'][1])}] |")
     refs = sorted({m for f in fams for m in F[f].get("ppl_by_model", {})})
     if refs or any(F[f].get("judge") for f in fams):
         head = [f"PPL ({r})" for r in refs] + [_JUDGE_SHORT[d] for d in JUDGE_DIMENSIONS] + ["Avg"]
@@ -125,13 +132,13 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + f" | {s.get('judge_failures', 0)} |")
     attacks = sorted({a for f in fams for a in F[f].get("attacks", {})})
     if attacks:
-        lines += ["", "## Robustness: AUC (TPR@1%FPR) after each attack", "",
+        lines += ["", "## Robustness: AUC (TPR at the report's FPR) after each attack", "",
                   "| Family | none | " + " | ".join(attacks) + " |", "|---|" + "---:|" * (len(attacks) + 1)]
         for f in fams:
-            cells = [f"{_fmt(F[f]['auc'])} ({_fmt(F[f]['tpr_at_1fpr'], 2)})"]
+            cells = [f"{_fmt(F[f]['roc_auc'])} ({_fmt(F[f]['tpr_at_fpr'], 2)})"]
             for a in attacks:
                 got = F[f]["attacks"].get(a)
-                cells.append(f"{_fmt(got['auc'])} ({_fmt(got['tpr_at_1fpr'], 2)})" if got else "-")
+                cells.append(f"{_fmt(got['roc_auc'])} ({_fmt(got['tpr_at_fpr'], 2)})" if got else "-")
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + " |")
     if result.get("num_failed"):
         lines += ["", f"{result['num_failed']} item(s) failed and are recorded with an `error` field; "
