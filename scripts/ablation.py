@@ -262,8 +262,9 @@ class Run:
         s = self.size
 
         def run() -> dict:
-            from icw import ICWKey
             from icw.bench.templates import HELDOUT_TEMPLATES
+
+            from icw import ICWKey
             from icw.detection import detection_report
             from icw.generation import generate_responses
             from icw.train.probe import key_swap_probe, other_key

@@ -40,8 +40,29 @@ def _key_new(args: argparse.Namespace) -> None:
         else:
             params["length"] = args.length
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
-    key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
+    if args.max_fpr is not None:
+        from .calibration import screen_key
+
+        key, cal, rejected = screen_key(args.family, args.seed, tokenizer if args.family != "sa" else None,
+                                        max_fpr=args.max_fpr, alpha=args.alpha,
+                                        corpus=args.corpus, **params)
+        for r in rejected:
+            print(f"icw: note: seed {ICWKey.from_string(r.key).seed} rejected: empirical FPR {r.fpr:.2%} at alpha "
+                  f"{r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}", file=sys.stderr)
+        print(f"icw: note: seed {key.seed}: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, {cal.ci[1]:.2%}] at alpha "
+              f"{cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
+    else:
+        key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
+
+
+def _key_calibrate(args: argparse.Namespace) -> None:
+    from .calibration import calibrate_keys
+
+    key = ICWKey.from_string(args.key)
+    tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
+    cal = calibrate_keys(key, args.corpus, tokenizer, alpha=args.alpha, confidence=args.confidence)[0]
+    print(json.dumps(cal.to_dict()))
 
 
 def _positive_int(value: str) -> int:
@@ -88,7 +109,29 @@ def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             yield f"{source}:{number}", row["text"]
 
 
+def _read_keys(path: str) -> list[ICWKey]:
+    """One serialized key per line (blank lines and ``#`` comments skipped)."""
+    try:
+        lines = _read_file(path).decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    keys = []
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                keys.append(ICWKey.from_string(line))
+            except ICWKeyError as err:
+                raise ICWKeyError(f"{path}:{number}: {err}") from None
+    if not keys:
+        raise ValueError(f"{path} has no keys: write one serialized key (icw:...) per line")
+    return keys
+
+
 def _detect(args: argparse.Namespace) -> None:
+    if (args.key is None) == (args.keys is None):
+        raise ValueError("pass either --key KEY or --keys FILE (one key per line)")
+    if args.keys is not None:
+        return _detect_many(args)
     key = ICWKey.from_string(args.key)
     tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
     items = list(_read_texts(args))
@@ -108,6 +151,21 @@ def _detect(args: argparse.Namespace) -> None:
         if result.note:
             print(f"icw: note: {source}: {result.note}", file=sys.stderr)
         print(json.dumps(row))
+
+
+def _detect_many(args: argparse.Namespace) -> None:
+    from .multikey import verify_keys
+
+    if args.highlights:
+        raise ValueError("--highlights needs a single --key: rerun with the key that fired")
+    keys = _read_keys(args.keys)
+    tokenizer = load_tokenizer(args.tokenizer or keys[0].tokenizer) if keys[0].family != "sa" else None
+    items = list(_read_texts(args))
+    if not items:
+        raise ValueError("no texts given: pass files, or JSON Lines with --jsonl, or text on standard input")
+    results = verify_keys([t for _, t in items], keys, tokenizer, alpha=args.alpha, max_chars=args.max_chars)
+    for (source, _), result in zip(items, results, strict=True):
+        print(json.dumps({"source": source, **result.to_dict(all_keys=args.all_keys)}))
 
 
 def _vocab(args: argparse.Namespace) -> None:
@@ -130,10 +188,28 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--num-letters", type=int, help="WIP green-letter count (default 13)")
     new.add_argument("--length", type=int, help="SA secret length (default 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
+    new.add_argument("--max-fpr", type=float, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
+                     "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
+    new.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level for --max-fpr (default 0.01)")
+    new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "
+                     "passages separated by blank lines (default: the bundled human English)")
     new.set_defaults(func=_key_new)
 
-    det = sub.add_parser("detect", help="verify texts against a key; one JSON object per text")
-    det.add_argument("--key", required=True, help="a serialized key (icw:...) or its JSON")
+    cal = key.add_parser("calibrate", help="a key's empirical false-positive rate on human text, with a binomial interval")
+    cal.add_argument("key", help="a serialized key (icw:...) or its JSON")
+    cal.add_argument("--corpus", help="JSON Lines with a 'text' field, or plain text with passages separated by blank "
+                     "lines (default: 4,197 bundled passages of human English)")
+    cal.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
+    cal.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson interval level (default 0.95)")
+    cal.add_argument("--tokenizer", help="override the key's tokenizer name")
+    cal.set_defaults(func=_key_calibrate)
+
+    det = sub.add_parser("detect", help="verify texts against a key (or many); one JSON object per text")
+    det.add_argument("--key", help="a serialized key (icw:...) or its JSON")
+    det.add_argument("--keys", metavar="FILE", help="a file of keys of one family, one per line: report which keys "
+                     "fire, with Holm's family-wise error control at --alpha")
+    det.add_argument("--all-keys", action="store_true", help="with --keys: print every key's z and p, not only those "
+                     "that fire")
     det.add_argument("--jsonl", action="store_true", help="inputs are JSON Lines with a 'text' field")
     det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
     det.add_argument("--tokenizer", help="override the key's tokenizer name")

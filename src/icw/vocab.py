@@ -143,6 +143,15 @@ def tokenizer_name(tokenizer) -> str:
     return getattr(tokenizer, "icw_alias", None) or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
+def special_ids(tokenizer) -> set[int]:
+    """Ids that ``decode(..., skip_special_tokens=True)`` drops: ``all_special_ids`` and every added
+    token marked ``special`` (SmolLM2's ``<filename>``, ``<gh_stars>``, ... are special added tokens
+    that ``all_special_ids`` does not list)."""
+    ids = {int(i) for i in tokenizer.all_special_ids}
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return ids | {int(i) for i, token in decoder.items() if getattr(token, "special", False)}
+
+
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -163,7 +172,7 @@ def vocabulary(tokenizer) -> VocabularyView:
         pass
     size = len(tokenizer)
     tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
-    special = {int(i) for i in tokenizer.all_special_ids}
+    special = special_ids(tokenizer)
     added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
     # Special tokens vanish from decoded text; added non-special tokens (e.g. "<think>") stay.
     surfaces = _surfaces(tokenizer, tokens, special)
