@@ -134,7 +134,7 @@ _STARTS = {"A": "Apples grow on trees", "B": "Bees visit the flowers", "C": "Clo
 
 
 def test_report_tables_evasion_at_utility_for_every_attack(tmp_path):
-    """ESR = positives with exact p >= 0.01 after the attack; at a utility constraint, evaded *and*
+    """ESR = positives with exact p > 0.01 after the attack; at a utility constraint, evaded *and*
     chrF >= c, over all attacked positives. Checked against the records and sacrebleu's own chrF."""
     from sacrebleu import sentence_chrf
 
@@ -170,7 +170,7 @@ def test_report_tables_evasion_at_utility_for_every_attack(tmp_path):
     records = load_records(tmp_path)
     for attack, got in evasion.items():
         attacked = [r for r in records if r["role"] == "positive" and r["attack"] == attack]
-        evaded = [r["p_value"] >= 0.01 for r in attacked]
+        evaded = [r["p_value"] > 0.01 for r in attacked]
         chrf = [1.0 if attack == "none" else sentence_chrf(r["response"], [r["source_response"]]).score / 100
                 for r in attacked]
         assert got["num_attacked"] == len(attacked) == 6

@@ -67,7 +67,7 @@ def test_metric_bad_input(loaded, qwen3):
         tsp.compute(predictions=TEXTS)
     with pytest.raises(ValueError, match="unknown ICW family 'abc'"):
         tsp.compute(predictions=TEXTS, keys="icw:abc:seed=1")
-    with pytest.raises(ValueError, match="expected format"):
+    with pytest.raises(TypeError, match="prediction 0 is a int, not a str"):
         tsp.compute(predictions=[1, 2], keys=key)
     with pytest.raises(ValueError, match="use the icw_sa metric"):
         tsp.compute(predictions=TEXTS, keys="icw:sa:seed=1")

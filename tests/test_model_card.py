@@ -82,7 +82,7 @@ def test_bad_results_give_clear_errors(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
     assert cli_main(["hub", "model-card", str(bad), "--out", str(tmp_path / "o")]) == 2
-    assert "is not JSON" in capsys.readouterr().err
+    assert "not valid JSON" in capsys.readouterr().err
     with pytest.raises(ValueError, match="non-empty 'families'"):
         model_card({"model": "m", "families": {}})
     with pytest.raises(ValueError, match="unknown ICW family"):

@@ -121,10 +121,10 @@ def test_reward_is_z_with_length_rule_and_gates(qwen3):
                  completion_ids=ids, key=keys)
     from icw.verification import verify
 
-    assert got[0] == pytest.approx(verify(clean, wip, qwen3).z_score)
-    assert got[1] == 0.0  # shorter than the minimum
-    assert got[2] == 0.0  # gated
-    assert got[3] == pytest.approx(verify(clean, SA, num_null_keys=1).z_score)
+    assert got[0] == pytest.approx(max(verify(clean, wip, qwen3).z_score, reward.z_floor))
+    assert got[1] == reward.rejected_reward < reward.z_floor  # shorter than the minimum: below any honest attempt
+    assert got[2] == reward.rejected_reward  # gated
+    assert got[3] == pytest.approx(max(verify(clean, SA, num_null_keys=1).z_score, reward.z_floor))
     with pytest.raises(ValueError, match="key"):
         reward(prompts=[""], completions=["x"], completion_ids=[[1]])
 

@@ -11,6 +11,7 @@ are imported on first use.
 from typing import Any
 
 from .keys import DEFAULT_DELTA, FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
+from .multikey import MultiKeyResult, verify_keys
 from .text import sentence_initials
 from .verification import TextTooLongError, VerificationResult, verify
 from .vocab import vocabulary
@@ -34,6 +35,7 @@ __all__ = [
     "ICWKey",
     "ICWKeyError",
     "KeyMismatchError",
+    "MultiKeyResult",
     "SentenceAcrosticLogitsProcessor",
     "TextTooLongError",
     "TokenSetPreferenceLogitsProcessor",
@@ -43,6 +45,7 @@ __all__ = [
     "logits_processor",
     "sentence_initials",
     "verify",
+    "verify_keys",
     "vocabulary",
 ]
 

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 from .bench.dataset import ICWBENCH_ID
 from .citation import BIBTEX, PAPER_AUTHORS, PAPER_TITLE
 from .detection import upgrade_summary
+from .jsonl import read_json_object
 from .keys import FAMILY_NAMES, check_family
 
 #: The dataset cards cite when results name none (:data:`icw.bench.dataset.ICWBENCH_ID`, its one home).
@@ -42,20 +42,47 @@ def _label(label: str, stats: dict[str, Any]) -> str:
 
 
 def _load_results(results: dict | str | Path) -> dict[str, Any]:
+    where = "results"
     if isinstance(results, (str, Path)):
-        path = Path(results)
-        try:
-            results = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not JSON ({err.msg}); pass the results.json of icw bench report") from None
+        where = str(results)
+        results = read_json_object(results, "pass the results.json of icw bench report")
     if not isinstance(results, dict) or not isinstance(results.get("families"), dict) or not results["families"]:
-        raise ValueError("results must be an object with a non-empty 'families' mapping (icw bench report output)")
-    for family in results["families"]:
+        raise ValueError(f"{where}: expected an object with a non-empty 'families' mapping (icw bench report output)")
+    for family, stats in results["families"].items():
         check_family(family)
+        _check_stats(stats, f"{where}: families.{family}")
     results = {**results, "families": {f: _upgrade(s) for f, s in results["families"].items()}}
-    if not results.get("model"):
-        raise ValueError("results need a 'model' field naming the evaluated model")
+    if not results.get("model") or not isinstance(results["model"], str):
+        raise ValueError(f"{where}: needs a string 'model' field naming the evaluated model")
     return results
+
+
+def _check_stats(stats: Any, where: str) -> None:
+    """The fields the card reads, with their types: numbers (or null), intervals, judge scores, attacks."""
+    def number(value: Any, name: str) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{where}.{name} must be a number or null, got {value!r:.60}")
+
+    if not isinstance(stats, dict):
+        raise ValueError(f"{where} must be an object of statistics, got {type(stats).__name__}")
+    for name in ("roc_auc", "auc", "tpr_at_fpr", "tpr_at_1fpr", "fpr", "ppl", "num_positive", "num_negative"):
+        number(stats.get(name), name)
+    for name in ("roc_auc_ci", "auc_ci", "tpr_at_fpr_ci", "tpr_ci"):
+        ci = stats.get(name)
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2):
+            raise ValueError(f"{where}.{name} must be a [low, high] pair, got {ci!r:.60}")
+        for value in ci or ():
+            number(value, name)
+    for name in ("judge", "attacks"):
+        if stats.get(name) is not None and not isinstance(stats[name], dict):
+            raise ValueError(f"{where}.{name} must be an object, got {stats[name]!r:.60}")
+    for dim, score in (stats.get("judge") or {}).items():
+        number(score, f"judge.{dim}")
+    for attack, got in (stats.get("attacks") or {}).items():
+        if not isinstance(got, dict):
+            raise ValueError(f"{where}.attacks.{attack} must be an object, got {got!r:.60}")
+        for name in ("roc_auc", "auc"):
+            number(got.get(name), f"attacks.{attack}.{name}")
 
 
 def _number(value: Any) -> float | None:

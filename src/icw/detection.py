@@ -99,6 +99,8 @@ def detection_report(positive_scores, negative_scores, fpr: float = 0.01, confid
         raise ValueError(f"need at least one positive and one negative score, got {len(pos)} and {len(neg)}")
     if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
         raise ValueError("scores must be finite numbers")
+    if isinstance(num_bootstrap, bool) or not isinstance(num_bootstrap, (int, np.integer)) or num_bootstrap < 1:
+        raise ValueError(f"num_bootstrap must be a whole number >= 1 (e.g. 1000), got {num_bootstrap!r}")
     if not 0.0 < fpr < 1.0 or not 0.0 < confidence < 1.0:
         raise ValueError("fpr and confidence must lie strictly between 0 and 1")
 

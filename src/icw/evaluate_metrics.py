@@ -46,14 +46,6 @@ def metric_path(name: str) -> str:
     raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
 
 
-def _load_tokenizer(tokenizer: Any) -> Any:
-    if isinstance(tokenizer, str):
-        from .models import load_tokenizer
-
-        return load_tokenizer(tokenizer)
-    return tokenizer
-
-
 def verification_scores(family: str, predictions: Sequence[str], keys: Any, tokenizer: Any = None,
                         alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
     """Verify ``predictions`` against ``keys`` of one family: per-text z and p plus a summary.
@@ -82,7 +74,7 @@ def verification_scores(family: str, predictions: Sequence[str], keys: Any, toke
         if key.family != family:
             raise ValueError(f"key {i} is a {key.family} key but this is the icw_{family} metric: "
                              f"use the icw_{key.family} metric for it")
-    results = verify(predictions, key_list, _load_tokenizer(tokenizer), alpha=alpha)
+    results = verify(predictions, key_list, tokenizer, alpha=alpha)
     z = np.array([r.z_score for r in results], dtype=np.float64)
     flagged = [r.is_watermarked for r in results]
     return {
@@ -124,6 +116,40 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
         "num_positive": report.num_positive,
         "num_negative": report.num_negative,
     }
+
+
+# evaluate casts inputs to the metric's Features in add_batch/add, before _compute sees them: a bare
+# string becomes a list of characters and 1.9 becomes the int32 label 1. Check the raw inputs first.
+def check_texts(predictions: Any) -> None:
+    """Refuse what ``evaluate`` would silently reshape into texts (a bare string, non-strings)."""
+    if isinstance(predictions, (str, bytes)):
+        raise TypeError(f"predictions must be a list of texts, got one {type(predictions).__name__} "
+                        f"({len(predictions)} characters), which evaluate would verify character by character: "
+                        "pass predictions=[text]")
+    for i, text in enumerate(_as_list(predictions, "predictions")):
+        if not isinstance(text, str):
+            raise TypeError(f"prediction {i} is a {type(text).__name__}, not a str")
+
+
+def check_scores_and_labels(predictions: Any, references: Any) -> None:
+    """Refuse detector scores that are not finite numbers and labels other than exactly 0 or 1
+    (``evaluate`` would truncate a label of 1.9 to 1 and a score string would be parsed)."""
+    scores, labels = _as_list(predictions, "predictions"), _as_list(references, "references")
+    if len(scores) != len(labels):
+        raise ValueError(f"got {len(scores)} predictions but {len(labels)} references: pass one label per score")
+    for i, score in enumerate(scores):
+        if isinstance(score, (bool, np.bool_)) or not isinstance(score, (int, float, np.number)) \
+                or not np.isfinite(score):
+            raise ValueError(f"prediction {i} must be a finite number (a detector score such as z), got {score!r:.40}")
+    for i, label in enumerate(labels):
+        if isinstance(label, (str, bytes)) or not isinstance(label, (int, float, np.number)) or label not in (0, 1):
+            raise ValueError(f"reference {i} must be 0 (plain text) or 1 (watermarked text), got {label!r:.40}")
+
+
+def _as_list(values: Any, name: str) -> list[Any]:
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list, got {type(values).__name__}")
+    return list(values.tolist() if hasattr(values, "tolist") else values)
 
 
 CITATION = BIBTEX + "\n"
@@ -188,6 +214,16 @@ class VerificationMetric(evaluate.Metric):
             reference_urls=["https://huggingface.co/datasets/vblagoje/lfqa"],
         )
 
+    def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
+        """Add texts (checked before evaluate casts them). evaluate appends the inputs description here."""
+        check_texts(predictions)
+        super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
+        """Add one text (checked before evaluate casts it)."""
+        check_texts([prediction])
+        super().add(prediction=prediction, reference=reference, **kwargs)
+
     def _compute(self, predictions: list[str], keys: Any = None, tokenizer: Any = None,
                  alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
         return verification_scores(self.family, predictions, keys, tokenizer=tokenizer, alpha=alpha)
@@ -206,6 +242,16 @@ class DetectionMetric(evaluate.Metric):
                                         "references": datasets.Value("int32")}),
             reference_urls=["https://scikit-learn.org/stable/modules/generated/sklearn.metrics.roc_auc_score.html"],
         )
+
+    def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
+        """Add scores and 0/1 labels (checked before evaluate casts them). evaluate appends the inputs description here."""
+        check_scores_and_labels(predictions, references)
+        super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
+        """Add one score and its 0/1 label (checked before evaluate casts them)."""
+        check_scores_and_labels([prediction], [reference])
+        super().add(prediction=prediction, reference=reference, **kwargs)
 
     def _compute(self, predictions: list[float], references: list[int], fpr: float = 0.01,
                  confidence: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:

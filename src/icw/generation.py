@@ -92,8 +92,9 @@ def generate_responses(
     seed: int | None = 0,
     generation_kwargs: dict[str, Any] | None = None,
     progress: bool | str = False,
-    on_batch: Callable[[list[int], list[str]], None] | None = None,
-) -> list[str]:
+    on_batch: Callable[..., None] | None = None,
+    return_token_ids: bool = False,
+) -> list[str] | tuple[list[str], list[list[int]]]:
     """Generate one answer per query.
 
     Args:
@@ -106,10 +107,13 @@ def generate_responses(
         generation_kwargs: passed to ``generate``, on top of :data:`DEFAULT_SAMPLING`.
         progress: show a progress bar (a string sets its description).
         on_batch: called with (query indices, answers) after each batch, so callers can save
-            finished work as it comes.
+            finished work as it comes (with ``return_token_ids``: (indices, answers, token ids)).
+        return_token_ids: also return the sampled token ids of each answer (up to, not including,
+            the first EOS), e.g. so training sees exactly what was sampled.
 
     Returns:
-        The decoded answers (special tokens removed), in query order.
+        The decoded answers (special tokens removed), in query order; with ``return_token_ids``,
+        ``(answers, token_ids)``.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -130,6 +134,7 @@ def generate_responses(
     if mode == "bias":
         batches = [b for chunk in batches for b in _split_by_family(chunk, key_list)]
     answers: list[str] = [""] * len(queries)
+    token_ids: list[list[int]] = [[] for _ in queries]
     bar = tqdm(total=len(queries), desc=progress if isinstance(progress, str) else mode, disable=not progress)
     for batch in batches:
         prompts = [chat_prompt(tokenizer, user_message(queries[i], key_list[i], mode, tokenizer, template)) for i in batch]
@@ -139,14 +144,17 @@ def generate_responses(
             torch.manual_seed(seed + batch[0])
         out = model.generate(**enc, logits_processor=processors, max_new_tokens=max_new_tokens,
                              pad_token_id=tokenizer.pad_token_id, **kwargs)
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        for i, text in zip(batch, texts, strict=True):
+        generated = out[:, enc["input_ids"].shape[1] :]
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        for i, text, seq in zip(batch, texts, generated.tolist(), strict=True):
             answers[i] = text.strip()
+            token_ids[i] = seq[: seq.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in seq else seq
         if on_batch is not None:
-            on_batch(batch, [answers[i] for i in batch])
+            extra = ([token_ids[i] for i in batch],) if return_token_ids else ()
+            on_batch(batch, [answers[i] for i in batch], *extra)
         bar.update(len(batch))
     bar.close()
-    return answers
+    return (answers, token_ids) if return_token_ids else answers
 
 
 def _split_by_family(batch: list[int], keys: list[ICWKey]) -> list[list[int]]:

@@ -54,6 +54,28 @@ def check_family(family: str) -> str:
     return fam
 
 
+#: No tokenizer has more tokens than this; a larger TSP pool_size is a typo, not a pool.
+MAX_POOL_SIZE = 10_000_000
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    """``value`` as an int if it is a whole number in ``[low, high]`` (floats like 18.0 allowed)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ICWKeyError(f"key field {name} must be a whole number, got {value!r:.60}")
+    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and float(value).is_integer()):
+        raise ICWKeyError(f"key field {name} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise ICWKeyError(f"key field {name} must be between {low:,} and {high:,}, got {value!r:.60}")
+    return int(value)
+
+
+def _letters(name: str, value: Any) -> str:
+    """Upper-cased ASCII letters; checked before upper-casing (``"straße".upper()`` is ``"STRASSE"``)."""
+    if not isinstance(value, str) or not value.isascii() or not value.isalpha():
+        raise ICWKeyError(f"key field {name} must be ASCII letters A-Z, got {value!r:.60}")
+    return value.upper()
+
+
 def _raw(family: str, seed: int, n: int) -> np.ndarray:
     seq = np.random.SeedSequence([_FAMILY_CODE[family], int(seed)])
     return np.random.PCG64(seq).random_raw(n)
@@ -115,7 +137,7 @@ class ICWKey:
         object.__setattr__(self, "family", check_family(self.family))
         if self.seed is not None:
             if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-                raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r}")
+                raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r:.60}")
             object.__setattr__(self, "seed", int(self.seed))
         fam = self.family
         for owner, defaults in _FAMILY_PARAMS.items():
@@ -124,29 +146,35 @@ class ICWKey:
                     raise ICWKeyError(f"{attr} is a {owner.upper()} key parameter, not a {fam.upper()} one "
                                       f"(got {attr}={getattr(self, attr)!r})")
         if fam == "tsp":
-            if not 0.0 < float(self.gamma) < 1.0:
-                raise ICWKeyError(f"TSP gamma must lie strictly between 0 and 1, got {self.gamma!r}")
-            object.__setattr__(self, "gamma", float(self.gamma))
-            if self.pool_size is not None and int(self.pool_size) < 10:
-                raise ICWKeyError(f"TSP pool_size must be at least 10 tokens, got {self.pool_size!r}")
+            gamma = self.gamma
+            if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.number)) or not 0.0 < gamma < 1.0:
+                raise ICWKeyError(f"TSP gamma must be a number strictly between 0 and 1, got {gamma!r:.60}")
+            object.__setattr__(self, "gamma", float(gamma))
+            if self.pool_size is not None:
+                object.__setattr__(self, "pool_size", _whole("pool_size", self.pool_size, 10, MAX_POOL_SIZE))
         if fam == "wip":
             if self.letters is not None:
-                letters = "".join(sorted(set(str(self.letters).upper())))
-                if not letters or any(c not in ALPHABET for c in letters) or len(letters) >= 26:
-                    raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r}")
+                letters = "".join(sorted(set(_letters("letters", self.letters))))
+                if len(letters) >= 26:
+                    raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r:.60}")
                 object.__setattr__(self, "letters", letters)
-                object.__setattr__(self, "num_letters", len(letters))
-            elif not 1 <= int(self.num_letters) <= 25:
-                raise ICWKeyError(f"WIP num_letters must be between 1 and 25, got {self.num_letters!r}")
+                if self.num_letters not in (13, len(letters)):  # 13: the default, i.e. not given
+                    raise ICWKeyError(f"WIP num_letters={self.num_letters!r} contradicts letters={self.letters!r}")
+            object.__setattr__(self, "num_letters", _whole("num_letters", len(letters) if self.letters else
+                                                           self.num_letters, 1, 25))
         if fam == "sa":
             if self.secret is not None:
-                secret = str(self.secret).upper()
-                if not secret.isascii() or not secret.isalpha() or not 1 <= len(secret) <= 63:
-                    raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r}")
+                secret = _letters("secret", self.secret)
+                if not 1 <= len(secret) <= 63:
+                    raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r:.80}")
                 object.__setattr__(self, "secret", secret)
-                object.__setattr__(self, "length", len(secret))
-            elif not 1 <= int(self.length) <= 63:
-                raise ICWKeyError(f"SA length must be between 1 and 63, got {self.length!r}")
+                if self.length not in (18, len(secret)):  # 18: the default, i.e. not given
+                    raise ICWKeyError(f"SA length={self.length!r} contradicts secret={self.secret!r}")
+            object.__setattr__(self, "length", _whole("length", len(self.secret) if self.secret else self.length,
+                                                      1, 63))
+        for name in ("tokenizer", "vocab"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ICWKeyError(f"key field {name} must be a string, got {getattr(self, name)!r:.60}")
         explicit = self.letters if fam == "wip" else self.secret if fam == "sa" else None
         if self.seed is None and explicit is None:
             raise ICWKeyError(f"a {fam} key needs a seed" + (" or explicit material" if fam != "tsp" else ""))
@@ -163,7 +191,10 @@ class ICWKey:
             params.update(tokenizer=view.name, vocab=view.fingerprint)
         elif fam in ("tsp", "wip"):
             raise ICWKeyError(f"a {fam} key is defined over a tokenizer's vocabulary: pass tokenizer=...")
-        return cls(fam, seed, **params)
+        key = cls(fam, seed, **params)
+        if fam == "tsp" and key.pool_size is not None:
+            key.candidate_pool(tokenizer)  # a pool larger than V_en is refused now, not at first use
+        return key
 
     # ------------------------------------------------------------------- material
     @property
@@ -209,7 +240,10 @@ class ICWKey:
         """TSP: the candidate pool ``P`` (token ids, ascending)."""
         self._need("tsp")
         v_en = self.check_tokenizer(tokenizer).v_en
-        return v_en if self.pool_size is None else v_en[: int(self.pool_size)]
+        if self.pool_size is not None and self.pool_size > len(v_en):
+            raise ICWKeyError(f"TSP pool_size={self.pool_size:,} exceeds the {len(v_en):,} English tokens (V_en) of "
+                              f"tokenizer {self.tokenizer!r}; choose at most {len(v_en):,}")
+        return v_en if self.pool_size is None else v_en[: self.pool_size]
 
     def token_set(self, tokenizer: Any) -> np.ndarray:
         """TSP: the green token ids ``T``, ascending."""
@@ -309,9 +343,12 @@ class ICWKey:
         text = text.strip()
         if text.startswith("{"):
             try:
-                return cls.from_dict(json.loads(text))
+                data = json.loads(text, object_pairs_hook=_unique_fields)
             except json.JSONDecodeError as err:
-                raise ICWKeyError(f"malformed JSON key: {err}") from None
+                raise ICWKeyError(f"malformed JSON key: {err.msg} at column {err.colno}") from None
+            except RecursionError:
+                raise ICWKeyError("malformed JSON key: nested too deeply") from None
+            return cls.from_dict(data)
         pieces = text.split(":", 2)
         if len(pieces) != 3 or pieces[0] != _PREFIX:
             raise ICWKeyError(f"malformed key {text[:80]!r}: expected 'icw:<family>:name=value,...'")
@@ -322,6 +359,8 @@ class ICWKey:
             if not sep:
                 raise ICWKeyError(f"malformed key field {item!r} in {text[:80]!r}: expected name=value")
             value = unquote(value)
+            if name in data:
+                raise ICWKeyError(f"key field {name} is given twice in {text[:80]!r}")
             try:
                 data[name] = int(value) if name in ints else float(value) if name in floats else value
             except ValueError:
@@ -330,6 +369,16 @@ class ICWKey:
 
     def with_params(self, **changes: Any) -> ICWKey:
         return replace(self, **changes)
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses a repeated field (``json`` would keep the last silently)."""
+    data: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in data:
+            raise ICWKeyError(f"key field {name} is given twice")
+        data[name] = value
+    return data
 
 
 def as_key(key: ICWKey | str | dict) -> ICWKey:

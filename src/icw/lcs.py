@@ -45,13 +45,63 @@ def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) ->
         columns = (by_letter[c] for c in text_codes[0])
     else:
         columns = (secret_masks[np.arange(rows), text_codes[:, j]] for j in range(text_codes.shape[1]))
-    v, u, w = np.full(rows, full, dtype=dtype), np.empty(rows, dtype), np.empty(rows, dtype)
+    v = np.full(rows, full, dtype=dtype)
+    _lcs_advance(v, columns, full)
+    return width - np.bitwise_count(v).astype(np.int64)
+
+
+def _lcs_advance(v: np.ndarray, columns: Any, full: np.unsignedinteger) -> None:
+    """Run the bit-parallel LCS recurrence over ``columns`` (match masks, one per text position),
+    updating the state vector ``v`` in place: a text can be fed in blocks."""
+    u, w = np.empty_like(v), np.empty_like(v)
     for match in columns:  # v <- ((v + u) | (v - u)) & full with u = v & match, in place
         np.bitwise_and(v, match, out=u)
         np.add(v, u, out=w)
         np.subtract(v, u, out=v)
         np.bitwise_or(v, w, out=v)
         np.bitwise_and(v, full, out=v)
+
+
+#: Texts with up to this many sentences index cached permutation tables; longer ones draw their
+#: shuffles in blocks of this many positions, so the SA null takes O(N * block) memory at any length.
+PERMUTATION_BLOCK = 256
+
+
+def permutation_null(secret: str, phi_codes: np.ndarray, count: int) -> np.ndarray:
+    """LCS of ``secret`` with ``count`` uniformly random orderings of the letters ``phi_codes``.
+
+    Short texts index cached :func:`permutations` of ``range(m)``. Longer ones are shuffled block
+    by block without materialising the ``(count, m)`` orderings: the letter counts of the next
+    block are drawn from each ordering's remaining letters (a multivariate hypergeometric draw,
+    one hypergeometric per letter), then shuffled within the block. Block by block this is the
+    same uniform ordering of the multiset, and the LCS only depends on the letters.
+
+    Example:
+        >>> null = permutation_null("HELLO", letter_codes("OLLEH" * 100), 200)
+        >>> null.shape, int(null.min()) >= 1, int(null.max()) <= 5
+        ((200,), True, True)
+    """
+    width, m = len(secret), len(phi_codes)
+    table = secret_table(secret)
+    if m <= PERMUTATION_BLOCK:
+        return lcs_lengths(table, phi_codes[permutations(m, count)], width)
+    counts = np.bincount(phi_codes, minlength=26)
+    rng = content_rng("permutation-null", m, count, counts.tobytes())
+    remaining = np.tile(counts, (count, 1))
+    letters_row = np.tile(np.arange(26, dtype=np.uint8), count)
+    dtype = mask_dtype(width)
+    full = dtype((1 << width) - 1)
+    v = np.full(count, full, dtype=dtype)
+    for start in range(0, m, PERMUTATION_BLOCK):
+        size = min(PERMUTATION_BLOCK, m - start)
+        take, left, rest = np.empty_like(remaining), np.full(count, size), remaining.sum(axis=1)
+        for c in range(26):
+            rest -= remaining[:, c]
+            take[:, c] = rng.hypergeometric(remaining[:, c], rest, left) if c < 25 else left
+            left -= take[:, c]
+        remaining -= take
+        block = rng.permuted(np.repeat(letters_row, take.ravel()).reshape(count, size), axis=1)
+        _lcs_advance(v, np.ascontiguousarray(table[0][block].T), full)
     return width - np.bitwise_count(v).astype(np.int64)
 
 
@@ -78,19 +128,13 @@ def secret_table(secret: str) -> np.ndarray:
     return secret_masks(letter_codes(secret)[None, :]).astype(mask_dtype(len(secret)))
 
 
+@lru_cache(maxsize=128)
 def permutations(length: int, count: int) -> np.ndarray:
     """``count`` random orderings of ``range(length)``, drawn once per (length, count) and
     reused for every text: a permutation null only needs orderings independent of the text.
-    Cached for the usual lengths only, so a few very long texts cannot pin much memory."""
-    return _cached_permutations(length, count) if length <= 256 else _draw_permutations(length, count)
-
-
-def _draw_permutations(length: int, count: int) -> np.ndarray:
+    :func:`permutation_null` uses them for short texts only, so the cache stays small."""
     rng = content_rng("permutations", length, count)
     return rng.permuted(np.tile(np.arange(length, dtype=np.int32), (count, 1)), axis=1)
-
-
-_cached_permutations = lru_cache(maxsize=128)(_draw_permutations)
 
 
 @lru_cache(maxsize=64)

@@ -302,7 +302,7 @@ def detector(keys: Any = None, tokenizer: Any = "qwen3", *, key: Any = None, **k
     from transformers import pipeline
 
     from .keys import as_key
-    from .models import load_tokenizer
+    from .models import resolve_tokenizer
 
     register()
     if tokenizer is None:
@@ -310,8 +310,7 @@ def detector(keys: Any = None, tokenizer: Any = "qwen3", *, key: Any = None, **k
         if first is None or as_key(first).tokenizer is None:
             raise ValueError("pass tokenizer=..., or a TSP/WIP key that names its tokenizer")
         tokenizer = as_key(first).tokenizer
-    if isinstance(tokenizer, str):
-        tokenizer = load_tokenizer(tokenizer)
+    tokenizer = resolve_tokenizer(tokenizer)
     return pipeline(TASK, model=tokenizer, keys=key, **kwargs)
 
 

@@ -9,8 +9,9 @@ the file and line, never a silently wrong question.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from .jsonl import loads
 
 #: Fields that may hold the question, in order of precedence (files and dataset columns alike).
 QUESTION_FIELDS = ("question", "query", "title")
@@ -42,15 +43,17 @@ def read_questions(path: str | Path) -> list[tuple[str, str]]:
         raise FileNotFoundError(f"question file {path} not found")
     name = "icw-questions" if path.resolve() == bundled_questions_path() else path.stem
     out: list[tuple[str, str]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        content = path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"question file {path} is not UTF-8 text") from None
+    # split on "\n" only: str.splitlines() would also cut at U+2028/U+2029/U+0085 inside a question
+    for number, line in enumerate(content.split("\n"), 1):
         line = line.strip()
         if not line:
             continue
         if line.startswith("{"):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+            row = loads(line, f"{path}:{number}")
             fields = [row.get(f) for f in QUESTION_FIELDS] if isinstance(row, dict) else []
             text = next((f for f in fields if isinstance(f, str) and f.strip()), None)
             if text is None:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..citation import BIBTEX
+from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES, TEST_SEED_START, TRAIN_SEED_START, ICWKey, check_family
 from ..questions import QUESTION_FIELDS, bundled_questions_path, read_questions
 
@@ -70,6 +71,11 @@ class BenchBuildConfig:
             raise ValueError("--num-test must be at least 1")
         if (self.num_test or 0) > TRAIN_SEED_START - TEST_SEED_START:
             raise ValueError(f"--num-test above {TRAIN_SEED_START - TEST_SEED_START:,} would overlap the train seeds")
+        if "tsp" in self.families:  # the key's own checks, before anything is read or written
+            try:
+                ICWKey("tsp", 0, gamma=self.gamma, pool_size=self.pool_size, tokenizer="-", vocab="-")
+            except ValueError as err:
+                raise ValueError(f"--gamma/--pool-size: {err}") from None
 
 
 # --------------------------------------------------------------------------- queries
@@ -173,10 +179,12 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
     tokenizer = load_tokenizer(config.tokenizer)
     settings = {**asdict(config), "out": None, "families": list(config.families),
                 "queries": hashlib.sha256(json.dumps([test_q, train_q]).encode()).hexdigest()[:16]}
+    for family in config.families:  # one key per family now: a bad setting fails before the folder exists
+        build_rows(family, "test", test_q[:1], tokenizer, config.pool_size, config.gamma)
     done: dict[str, Any] = {}
     record = out / _BUILD_FILE
     if record.is_file():
-        previous = json.loads(record.read_text(encoding="utf-8"))
+        previous = read_json_object(record)
         if previous.get("settings") == settings:
             done = previous.get("written", {})
     out.mkdir(parents=True, exist_ok=True)
@@ -186,8 +194,8 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
         for split, queries in (("test", test_q), ("train", train_q)):
             path = out / family / f"{split}-00000-of-00001.parquet"
             counts[family][split] = len(queries)
-            if done.get(f"{family}/{split}") == len(queries) and path.is_file():
-                continue
+            if not queries or (done.get(f"{family}/{split}") == len(queries) and path.is_file()):
+                continue  # an empty split (--num-train 0) has no file; the card lists only written splits
             _write_parquet(build_rows(family, split, queries, tokenizer, config.pool_size, config.gamma, progress),
                            path, progress)
             done[f"{family}/{split}"] = len(queries)

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..jsonl import JSONLError, append_jsonl, iter_jsonl, read_json_object
 from ..keys import FAMILIES, ICWKey, as_key
 from ..templates import template_for
 from .backends import Backend, BackendError, Request, make_backend
@@ -61,27 +62,27 @@ _RESUME_FIELDS_IF_SAVED = ("task", "version")
 class ResultStore:
     """Append-only JSON Lines keyed by ``(model, family, id, role, attack)``.
 
-    Every :meth:`append` writes whole lines and fsyncs, so a killed process loses at most the
-    batch in flight. A torn last line (killed mid-write) is ignored on load and the next
-    append starts on a fresh line. Later lines win, so a retried failure replaces its error.
+    Reads and appends go through :mod:`icw.jsonl`: records split only at ``"\\n"``, appends are
+    whole lines under an inter-process lock (several processes may share a run folder) and
+    fsynced, so a killed process loses at most the batch in flight. A torn last line (killed
+    mid-write) is skipped on load and counted in ``skipped_lines``; a malformed line anywhere
+    else is an error naming the file and line. Later lines win, so a retried failure replaces
+    its error.
     """
 
     KEY = ("model", "family", "id", "role", "attack")
+    REQUIRED = ("model", "family", "role")
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.records: dict[tuple, dict[str, Any]] = {}
         self.skipped_lines = 0
         if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    self.skipped_lines += 1
-                    continue
-                self.records[self.key(row)] = row
+            for number, row in iter_jsonl(self.path, on_torn=self._torn):
+                self.records[self.key(check_record(row, f"{self.path}:{number}", self.REQUIRED))] = row
+
+    def _torn(self, name: str, number: int) -> None:
+        self.skipped_lines += 1
 
     @classmethod
     def key(cls, row: dict[str, Any]) -> tuple:
@@ -93,23 +94,30 @@ class ResultStore:
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         rows = list(rows)
-        if not rows:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as fh:
-            if fh.tell() > 0:
-                with open(self.path, "rb") as check:
-                    check.seek(-1, os.SEEK_END)
-                    if check.read(1) != b"\n":
-                        fh.write(b"\n")  # finish a line torn by an earlier kill
-            fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_jsonl(self.path, rows)
         for r in rows:
             self.records[self.key(r)] = r
 
     def rows(self) -> list[dict[str, Any]]:
         return list(self.records.values())
+
+
+def check_record(row: Any, where: str, required: Sequence[str] = ()) -> dict[str, Any]:
+    """``row`` if it is a JSON object with string fields ``required``, else a one-line error at ``where``."""
+    if not isinstance(row, dict):
+        raise JSONLError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for name in required:
+        if not isinstance(row.get(name), str):
+            raise JSONLError(f"{where}: expected a string field {name!r} (fields: {', '.join(sorted(row)) or 'none'})")
+    if "id" in row and (isinstance(row["id"], bool) or not isinstance(row["id"], (str, int))):
+        raise JSONLError(f"{where}: field 'id' must be a string or an integer, got {row['id']!r:.60}")
+    if not isinstance(row.get("attack", "none"), str):
+        raise JSONLError(f"{where}: field 'attack' must be a string, got {row['attack']!r:.60}")
+    for name in ("z_score", "p_value", "value"):
+        value = row.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise JSONLError(f"{where}: field {name!r} must be a number or null, got {value!r:.60}")
+    return row
 
 
 def load_records(run_dir: str | os.PathLike, name: str = RESPONSES) -> list[dict[str, Any]]:
@@ -146,7 +154,20 @@ def load_family(dataset: str, family: str, split: str = "test", limit: int | Non
     wrong = {r["family"] for r in rows} - {family}
     if wrong:
         raise ValueError(f"dataset {dataset!r} config {family!r} holds rows of family {sorted(wrong)}")
+    check_row_keys(rows, f"dataset {dataset!r} ({family}/{split})")
     return rows
+
+
+def check_row_keys(rows: Sequence[dict[str, Any]], where: str) -> None:
+    """Parse every row's key before anything is generated or written; errors name the row."""
+    for number, row in enumerate(rows):
+        try:
+            key = as_key(row["key"])
+        except ValueError as err:
+            raise ValueError(f"{where} row {number} (id {row.get('id')!r}): bad key: {err}") from None
+        if key.family != row["family"]:
+            raise ValueError(f"{where} row {number} (id {row.get('id')!r}): a {key.family} key in a "
+                             f"{row['family']} row")
 
 
 def load_queries(spec: str, column: str, n: int) -> list[str]:
@@ -224,7 +245,7 @@ def _check_resume(config: RunConfig, out: Path) -> None:
     current = {**asdict(config), "model": config.model_id()}
     current.pop("api_key", None)
     if saved_path.exists():
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        saved = read_json_object(saved_path, "it holds the settings of an earlier icw bench run")
         clash = [f for f in _RESUME_FIELDS if saved.get(f) != current.get(f)]
         clash += [f for f in _RESUME_FIELDS_IF_SAVED if f in saved and saved[f] != current.get(f)]
         if clash:
@@ -311,8 +332,8 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                                concurrency=config.concurrency)
     if config.mode == "bias" and not backend.supports_bias:
         raise BackendError(f"the {type(backend).__name__} cannot apply a logit bias: use --mode instruction")
+    store = ResultStore(out / RESPONSES)  # a malformed store is rejected before run.json is written
     _check_resume(config, out)
-    store = ResultStore(out / RESPONSES)
     if store.skipped_lines:
         print(f"icw: note: ignored {store.skipped_lines} torn line(s) in {store.path} (an earlier run was killed)",
               file=sys.stderr)

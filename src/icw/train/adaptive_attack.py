@@ -5,12 +5,12 @@ in the style of RLCracker.
 The policy reads :data:`icw.rewriting.PARAPHRASE_PROMPT` around a watermarked answer ``x`` (an
 ICWBench positive) and writes ``y``. Its reward, under the key ``kappa`` of ``x``'s row:
 
-    r(y) = w_u * u(y, x) + w_e * 1[p(y; kappa) >= alpha] - w_z * max(z(y; kappa), 0)
+    r(y) = w_u * u(y, x) + w_e * 1[p(y; kappa) > alpha] - w_z * max(z(y; kappa), 0)
 
 * ``u``: semantic utility, chrF of ``y`` against ``x`` (:func:`icw.rewriting.semantic_utility`;
   the paper uses P-SP, which needs a Hub model);
-* ``1[p >= alpha]``: ``y`` evades, i.e. falls below the 1%-FPR detection threshold (the verifier's
-  exact p-value, alpha = 0.01);
+* ``1[p > alpha]``: ``y`` evades, i.e. falls below the 1%-FPR detection threshold (the verifier's
+  verdict ``p <= alpha`` no longer fires, alpha = 0.01);
 * ``max(z, 0)``: a dense signal towards evasion while ``y`` is still detected.
 
 The attacker is trained against a fixed detector (the verifier), on a fixed budget of watermarked
@@ -45,7 +45,7 @@ RESPONSES = "responses.jsonl"
 class EvasionReward:
     r"""A trl reward function for the removal attacker: utility kept, evasion won, z pushed down.
 
-    ``r(y) = utility_weight * u(y, source) + evasion_bonus * 1[p(y) >= alpha] - z_penalty * max(z(y), 0)``,
+    ``r(y) = utility_weight * u(y, source) + evasion_bonus * 1[p(y) > alpha] - z_penalty * max(z(y), 0)``,
     with ``u`` the chrF utility and ``z``, ``p`` the verifier's statistic and p-value under the row's key.
 
     Args:
@@ -88,7 +88,7 @@ class EvasionReward:
         texts = [_text(c) for c in completions]
         results = verify(texts, [as_key(k) for k in key], alpha=self.alpha, num_null_keys=self.num_null_keys)
         utility = semantic_utility(list(source), texts)
-        return [self.utility_weight * u + self.evasion_bonus * (r.p_value >= self.alpha)
+        return [self.utility_weight * u + self.evasion_bonus * (not r.is_watermarked)
                 - self.z_penalty * max(r.z_score, 0.0) for u, r in zip(utility, results, strict=True)]
 
 
@@ -135,7 +135,7 @@ class AdaptiveAttackArguments:
     max_samples: int = field(default=100, metadata={"help": "watermarked answers granted to the attacker (paper: 100)"})
     alpha: float = field(default=0.01, metadata={"help": "detection level to evade (0.01: the 1%-FPR threshold)"})
     utility_weight: float = field(default=1.0, metadata={"help": "reward weight of the chrF utility"})
-    evasion_bonus: float = field(default=1.0, metadata={"help": "reward of a rewrite with p >= alpha"})
+    evasion_bonus: float = field(default=1.0, metadata={"help": "reward of a rewrite with p > alpha (no longer detected)"})
     z_penalty: float = field(default=0.1, metadata={"help": "penalty per unit of positive z"})
 
     def __post_init__(self) -> None:

@@ -34,6 +34,12 @@ def _run(args: argparse.Namespace) -> None:
     module.main(*parser.parse_args_and_config(args.options))
 
 
+def _probe(args: argparse.Namespace) -> None:
+    from .probe import main
+
+    main(args.options)
+
+
 class _PassThroughParser(argparse.ArgumentParser):
     """Keeps every argument after the sub-command for the recipe's ``TrlParser`` (``--config``,
     ``--field value``, ``--help``), built only when the sub-command runs: building the three trl
@@ -52,3 +58,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     train_sub = train.add_subparsers(dest="train_command", required=True, parser_class=_PassThroughParser)
     for name, (_, text) in RECIPES.items():
         train_sub.add_parser(name, help=text, add_help=False).set_defaults(func=_run)
+    train_sub.add_parser("probe", add_help=False, help="key-swap probe: does a model read the key from the "
+                         "instruction or from the response prefix?").set_defaults(func=_probe)
