@@ -110,6 +110,14 @@ def _vocab(args: argparse.Namespace) -> None:
     print(json.dumps(vocabulary(load_tokenizer(args.tokenizer)).summary()))
 
 
+def _install_metrics(args: argparse.Namespace) -> None:
+    from .evaluate_metrics import install_metrics
+
+    for name, folder in install_metrics(args.modules_cache).items():
+        print(f"{name}: {folder}")
+    print('evaluate.load("icw_tsp") (and icw_wip, icw_sa, icw_detection) now works by the bare name, offline')
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="icw", description="In-context watermarking: keys, detection, benchmarks, training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     voc = sub.add_parser("vocab", help="print |V_en| and |V_en^word| of a tokenizer")
     voc.add_argument("--tokenizer", required=True)
     voc.set_defaults(func=_vocab)
+
+    ins = sub.add_parser("install-metrics", help='register the metrics so evaluate.load("icw_tsp") works by name',
+                         description="Copy the bundled evaluate metrics where evaluate looks for cached canonical "
+                                     "metrics, so evaluate.load('icw_tsp') works from any directory, offline.")
+    ins.add_argument("--modules-cache", metavar="DIR",
+                     help="HF_MODULES_CACHE folder (default: evaluate's, ~/.cache/huggingface/modules)")
+    ins.set_defaults(func=_install_metrics)
 
     for name in _COMMAND_MODULES:
         try:
