@@ -636,7 +636,7 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
 def rescore(details: dict | None, alpha: Any):
     """New alpha: re-verify the answers already written (no new generation)."""
     if not details or not details.get("answers"):
-        return (gr.skip(),) * 9
+        return (gr.skip(),) * 5
     try:
         key = parse_key(details["key"])
         alpha = _alpha(alpha)
@@ -644,7 +644,7 @@ def rescore(details: dict | None, alpha: Any):
         outputs = render_rows(details, key, tok, alpha, model)
     except UserInputError as err:
         friendly(err)
-        return (gr.skip(),) * 9
+        return (gr.skip(),) * 5
     details["alpha"] = alpha
     return (*outputs[1::2], details)
 
@@ -837,8 +837,8 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                                           info=DELTA_HELP["wip"])
                         max_new_tokens = gr.Slider(8, MAX_NEW_TOKENS, value=120, step=8, label="Max new tokens",
                                                    elem_id="icw-max-new-tokens")
-                        alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)", minimum=0,
-                                          maximum=1, step=0.005, elem_id="icw-alpha",
+                        alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)",
+                                          step=0.005, elem_id="icw-alpha",
                                           info="Watermarked when p ≤ alpha. Changing it re-judges the answers "
                                                "already written.")
                         key_string = gr.Textbox(label="Key string (share it with the detector; paste one to reuse it)",
@@ -912,8 +912,7 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                               top_p, greedy, sample_seed, kgw]
                 gr.on([generate.click, query.submit], watermark_and_detect, gen_inputs, answer_outputs,
                       api_name="watermark_and_detect")
-                alpha.submit(rescore, [details, alpha], [*verdicts, details], api_name="rescore")
-                alpha.change(rescore, [details, alpha], [*verdicts, details], api_name=False)
+                alpha.change(rescore, [details, alpha], [*verdicts, details], api_name="rescore")
                 attack_button.click(attack_answers, [details, attack, strength, alpha, attack_seed], attack_result,
                                     api_name="attack")
                 stop.click(request_stop, None, None, api_name="stop", queue=False)
@@ -933,8 +932,8 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
                             [("the key's own tokenizer", "key")] + [(t, t) for t in ("smollm2", "qwen3", "gpt2")],
                             value="key", label="Tokenizer", allow_custom_value=online, elem_id="icw-detect-tokenizer",
                             info="TSP and WIP keys only work with the tokenizer they were made for.")
-                        detect_alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)", minimum=0,
-                                                 maximum=1, step=0.005, elem_id="icw-detect-alpha",
+                        detect_alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)",
+                                                 step=0.005, elem_id="icw-detect-alpha",
                                                  info="Watermarked when p ≤ alpha.")
                         detect_button = gr.Button("Detect", variant="primary", elem_id="icw-detect")
                 detect_status = gr.Markdown(elem_id="icw-detect-status")
