@@ -75,3 +75,73 @@ def test_pipeline_without_model_uses_the_keys_tokenizer_offline(tmp_path):
     assert row["vocab"] == 50257  # GPT-2's tokenizer, as the key records, not the Hub default
     assert row["z"] == pytest.approx(row["ref"])
     assert second.startswith("error:") and "names no tokenizer" in second and "model=" in second
+
+
+def test_wheel_installed_outside_the_checkout_works(tmp_path):
+    """`pip wheel` the project, install it into a fresh venv (torch etc. from the main environment),
+    and use icw from a directory with no checkout in sight: the CLI, the pipeline, the metrics, the card template."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("icw-*.whl")
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ("icw/metrics/icw_tsp/icw_tsp.py", "icw/metrics/icw_sa/README.md", "icw/model_cards/template.md"):
+        assert name in names, name
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    # the main environment's packages (torch, transformers, evaluate, ...) without its editable icw
+    main_site = next(p for p in map(Path, sys.path) if p.name == "site-packages" and (p / "torch").is_dir())
+    (site / "main_env.pth").write_text(str(main_site) + "\n", encoding="utf-8")
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
+                                str(wheel)], capture_output=True, text=True, timeout=300, env=env)
+    assert installed.returncode == 0, installed.stderr
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "a.txt").write_text("Apples fall. Bears run. Cats sleep.", encoding="utf-8")
+    env = {**env, **OFFLINE}
+    detect = subprocess.run([str(venv / "bin" / "icw"), "detect", "--key", "icw:sa:seed=3,secret=ABC", "a.txt"],
+                            cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert detect.returncode == 0, detect.stderr
+    row = json.loads(detect.stdout)
+    assert row["family"] == "sa" and row["num_aligned"] == 3
+
+    script = (
+        "import json, evaluate, icw\n"
+        "from pathlib import Path\n"
+        "from transformers import pipeline\n"
+        "from icw.cards import model_card_template\n"
+        "from icw.evaluate_metrics import metric_path\n"
+        "from icw.models import load_tokenizer\n"
+        "key = icw.ICWKey.create('wip', 1, load_tokenizer('gpt2'))\n"
+        "det = pipeline('icw-detection', key=key)\n"
+        "m = evaluate.load(metric_path('icw_sa'))\n"
+        "r = m.compute(predictions=['Apples fall. Bears run. Cats sleep.'], keys='icw:sa:seed=3,secret=ABC')\n"
+        "print(json.dumps({'icw': icw.__file__, 'metric': metric_path('icw_sa'), 'card': str(model_card_template()),\n"
+        "                  'z': r['z_scores'][0], 'pipe': det('Hello there. It works.')['family']}))\n"
+    )
+    out = subprocess.run([str(python), "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    for field in ("icw", "metric", "card"):
+        assert Path(got[field]).is_relative_to(site), got  # from the wheel, not the checkout
+    assert got["z"] == pytest.approx(row["z_score"]) and got["pipe"] == "wip"
+
+
+def test_space_bundle_has_no_links_and_carries_the_package_data(tmp_path):
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "launch_space.sh"), "--bundle", str(tmp_path / "space")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    bundle = tmp_path / "space"
+    assert not [p for p in bundle.rglob("*") if p.is_symlink()]
+    for name in ("icw/metrics/icw_tsp/icw_tsp.py", "icw/model_cards/template.md", "app.py"):
+        assert (bundle / name).is_file() and not (bundle / name).is_symlink(), name
+    assert not [p for p in ROOT.joinpath("src", "icw").rglob("*") if p.is_symlink()]  # one real copy in the repository

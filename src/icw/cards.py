@@ -23,10 +23,10 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def model_card_template() -> Path:
-    """The Jinja template behind :func:`model_card` (``model_cards/template.md`` in the repository)."""
-    for root in (_PACKAGE_DIR / "model_cards", _PACKAGE_DIR.parents[1] / "model_cards"):
-        if (root / "template.md").is_file():
-            return root / "template.md"
+    """The Jinja template behind :func:`model_card` (package data: ``src/icw/model_cards/template.md``)."""
+    template = _PACKAGE_DIR / "model_cards" / "template.md"
+    if template.is_file():
+        return template
     raise FileNotFoundError("the model card template is missing from icw/model_cards; reinstall icw")
 
 

@@ -39,10 +39,9 @@ def metric_path(name: str) -> str:
     """
     if name not in METRICS:
         raise ValueError(f"unknown icw metric {name!r}; choose one of {', '.join(METRICS)}")
-    for root in (_PACKAGE_DIR / "metrics", _PACKAGE_DIR.parents[1] / "metrics"):
-        folder = root / name
-        if (folder / f"{name}.py").is_file():
-            return str(folder)
+    folder = _PACKAGE_DIR / "metrics" / name  # package data: the same folders in a checkout and a wheel
+    if (folder / f"{name}.py").is_file():
+        return str(folder)
     raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
 
 
