@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .corpus import add_arguments as add_corpus_arguments
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
 from .verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
@@ -83,6 +84,10 @@ def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
 
 
 def _detect(args: argparse.Namespace) -> None:
+    if args.dataset:  # corpus scale: datasets.map over a column, results as parquet
+        from .corpus import run_from_args
+
+        return run_from_args(args)
     key = ICWKey.from_string(args.key)
     tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
     items = list(_read_texts(args))
@@ -142,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     det.add_argument("--max-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
                      help=f"refuse texts longer than N characters (default {DEFAULT_MAX_CHARS:,})")
     det.add_argument("files", nargs="*", help="text files (default: standard input)")
+    add_corpus_arguments(det)
     det.set_defaults(func=_detect)
 
     voc = sub.add_parser("vocab", help="print |V_en| and |V_en^word| of a tokenizer")
