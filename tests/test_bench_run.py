@@ -261,23 +261,6 @@ def test_smollm2_end_to_end_transformers_and_openai_backends(tmp_path, smollm2):
     assert result["families"]["sa"]["ppl"] is not None
 
 
-def test_readme_bench_commands_parse_into_valid_configs():
-    """Every `icw bench ...` line of the README's bench section is a valid command line."""
-    import shlex
-
-    from icw.bench.runner import config_from_args
-    from icw.cli import build_parser
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("<!-- section:bench -->")[1].split("<!-- /section:bench -->")[0]
-    commands = [line.strip() for line in section.splitlines() if line.strip().startswith("icw bench ")]
-    assert sum(c.startswith("icw bench run") for c in commands) >= 2
-    for command in commands:
-        args = build_parser().parse_args(shlex.split(command)[1:])
-        if args.bench_command == "run":
-            config = config_from_args(args)
-            assert config.families == FAMILIES
-    assert "bias" in section and "| Token-Set Preference (TSP) | 50/50" in section
 
 
 def test_warns_when_instructions_overflow_the_context(qwen3, tiny_backend):

@@ -17,13 +17,3 @@ def test_icw_demo_prints_a_table_per_family(capsys, smollm2):
     assert sum(b > p for b, p in zip(bias_z, plain_z, strict=True)) >= 7
     assert all(0 < float(c[3]) <= 1 and 0 < float(c[5]) <= 1 for c in cells)
 
-
-@pytest.mark.slow
-def test_readme_quick_start_runs(smollm2, capsys):
-    from pathlib import Path
-
-    readme = Path(__file__).resolve().parents[1] / "README.md"
-    block = readme.read_text().split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(block, "README quick start", "exec"), {})
-    last = capsys.readouterr().out.strip().splitlines()[-1].split()
-    assert len(last) == 3 and last[2] in ("True", "False") and 0 < float(last[1]) <= 1

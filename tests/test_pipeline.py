@@ -182,36 +182,6 @@ def test_registered_on_import_without_eager_transformers_import():
     assert out.stdout.strip() == "2"
 
 
-def test_readme_hf_section_examples(tmp_path, monkeypatch, capsys):
-    """Every example of the README's `hf` section runs (online-only commands are skipped)."""
-    import re
-    import shlex
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- section:hf -->")[1].split("<!-- /section:hf -->")[0]
-    blocks = re.findall(r"```(python|bash)\n(.*?)```", section, flags=re.S)
-    assert [lang for lang, _ in blocks].count("python") >= 3 and any(lang == "bash" for lang, _ in blocks)
-    monkeypatch.chdir(tmp_path)
-    results = tmp_path / "runs" / "smollm2" / "results.json"
-    results.parent.mkdir(parents=True)
-    results.write_text(json.dumps({"model": "m", "families": {"sa": {"auc": 0.7, "tpr_at_1fpr": 0.1}}}))
-    namespace: dict = {}
-    ran = 0
-    for lang, code in blocks:
-        if lang == "python":
-            exec(compile(code, "README.md", "exec"), namespace)
-            ran += 1
-            continue
-        for line in code.splitlines():
-            command = line.split("  #")[0].strip()
-            if not command.startswith("icw ") or "--lfqa" in command:  # --lfqa needs the Hub
-                continue
-            assert cli_main(shlex.split(command)[1:] + (["--quiet"] if " build " in command else [])) == 0, command
-            ran += 1
-    assert ran >= 7
-    out = capsys.readouterr().out
-    assert "'z_score'" in out and "'roc_auc'" in out
-    assert (tmp_path / "my-card" / "README.md").is_file()
 
 
 def test_registration_when_transformers_pipelines_already_loaded():

@@ -141,28 +141,3 @@ def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
     assert "no training queries" in capsys.readouterr().err
     assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
 
-
-def _readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text.split("<!-- section:train -->")[1].split("<!-- /section:train -->")[0]
-
-
-def test_readme_train_section_examples(capsys):
-    import re
-
-    section = _readme_section()
-    python = section.split("```python\n")[1].split("```")[0]
-    exec(compile(python, "README-train", "exec"), {})
-    out = capsys.readouterr().out.splitlines()
-    assert float(out[0].split("(")[1].split(")")[0]) == pytest.approx(0.0, abs=1e-6)
-    assert out[1] == "['highlighted initials']"
-    bash = section.split("```bash\n")[1].split("```")[0]
-    commands = [line for line in bash.splitlines() if line and not line.startswith("#")]
-    assert len(commands) == 4
-    for line in commands:
-        for path in re.findall(r"(recipes/\S+\.(?:py|yaml))", line):
-            assert (ROOT / path).is_file(), path
-        script = re.search(r"recipes/(\w+)\.py", line).group(1)
-        config = re.search(r"--config (\S+)", line).group(1)
-        extra = ["--use_cpu", "true"] if script != "synthesize" else []
-        PARSERS[script]().parse_args_and_config(["--config", str(ROOT / config), *extra])

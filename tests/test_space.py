@@ -119,16 +119,15 @@ def test_watermark_tab_agrees_with_icw_detect(space, smollm2, family):
 
 
 @pytest.mark.slow
-def test_readme_client_example(space, smollm2, capsys):
-    """The README's gradio_client example, run as written against the live app (short answers)."""
+def test_docs_client_example(space, smollm2, capsys):
+    """docs/space.md's gradio_client example (skipped by test_docs: it needs the app), run as written
+    against the live app (short answers)."""
     app, client = space
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("<!-- section:space -->"): readme.index("<!-- /section:space -->")]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "space.md").read_text(encoding="utf-8"), re.S).group(1)
     assert '"http://127.0.0.1:7860/"' in code and '"smollm2", 120,' in code
     code = code.replace('"http://127.0.0.1:7860/"', repr(client.src)).replace('"smollm2", 120,', f'"smollm2", {TOKENS},')
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/space.md", "exec"), namespace)
     printed = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert [words[0] for words in printed if words[0] in ("plain", "instruction", "bias")] == [
         "plain", "instruction", "bias"]
