@@ -6,7 +6,8 @@
 Rolls out on D_H1 prompts (instruction + query); set use_vllm: true where vLLM is installed.
 """
 
-from icw.train.grpo import main
+from icw.train.grpo import main, make_parser
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())

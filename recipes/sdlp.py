@@ -6,7 +6,8 @@
 Any field of the YAML can be overridden on the command line (--learning_rate 1e-5).
 """
 
-from icw.train.sdlp import main
+from icw.train.sdlp import main, make_parser
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())

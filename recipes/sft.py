@@ -19,6 +19,21 @@ from icw.train.common import DCSArguments, load_policy, save_and_push
 
 @dataclass
 class SFTDataArguments:
+    r"""The ICW part of the SFT baseline's configuration, parsed beside trl's ``SFTConfig``.
+
+    The baseline trains on the same ``D_cs`` rows as SDLP, so Base / +SFT / +RL / +SDLP / +SDLP+RL
+    compare like for like ("Learning to Follow In-Context Watermark Instructions via
+    Self-Distillation", Section 5); see ``trl.SFTConfig`` for the optimisation fields.
+
+    Parameters:
+        > Parameters that control the data
+
+        instruction_template (`str` or `None`, *optional*, defaults to `None`):
+            Custom instruction template in the prompt (`None`: the paper's).
+        include_h0 (`bool`, *optional*, defaults to `False`):
+            Also train on ``D_H0`` rows (query alone -> plain answer).
+    """
+
     instruction_template: str | None = field(
         default=None, metadata={"help": "Custom instruction template in the prompt (default: the paper's)."})
     include_h0: bool = field(
@@ -38,20 +53,29 @@ def sft_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> An
     return dataset.map(convert, remove_columns=dataset.column_names, desc="building SFT rows")
 
 
-def make_parser() -> TrlParser:
-    return TrlParser((DCSArguments, SFTDataArguments, SFTConfig, ModelConfig))
+def make_parser(subparsers: Any = None, prog: str | None = None) -> TrlParser:
+    """The ``TrlParser`` of this recipe: ``DCSArguments`` (script), trl's ``SFTConfig`` (training),
+    ``ModelConfig`` and :class:`SFTDataArguments`. With ``subparsers`` it is added there as ``sft``."""
+    dataclass_types = (DCSArguments, SFTConfig, ModelConfig, SFTDataArguments)
+    if subparsers is not None:
+        return subparsers.add_parser("sft", help="plain SFT baseline on D_H1", dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
 
 
-def main(argv: list[str] | None = None) -> SFTTrainer:
-    data_args, sft_args, config, model_args = make_parser().parse_args_and_config(argv)
+def main(script_args: DCSArguments, training_args: SFTConfig, model_args: ModelConfig,
+         sft_args: SFTDataArguments | None = None) -> SFTTrainer:
+    """Train as parsed by :func:`make_parser`."""
+    sft_args = sft_args or SFTDataArguments()
     model, tokenizer = load_policy(model_args)
-    rows = data_args.load(label=None if sft_args.include_h0 else 1, seed=config.seed)
-    trainer = SFTTrainer(model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
+    rows = script_args.load(label=None if sft_args.include_h0 else 1, seed=training_args.seed)
+    trainer = SFTTrainer(model=model, args=training_args,
+                         train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer
 
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())

@@ -6,13 +6,8 @@
 Interrupt at any time: rerunning the same command resumes from <output_dir>/rows.jsonl.
 """
 
-from icw.train.synthesis import make_parser, synthesize
-
-
-def main(argv: list[str] | None = None) -> None:
-    (config,) = make_parser().parse_args_and_config(argv)
-    synthesize(config)
-
+from icw.train.synthesis import main, make_parser
 
 if __name__ == "__main__":
-    main()
+    parser = make_parser()
+    main(*parser.parse_args_and_config())

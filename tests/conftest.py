@@ -1,14 +1,9 @@
-"""Shared fixtures: the embedded tokenizers and model, loaded once per session, fully offline."""
+"""Shared fixtures: the embedded tokenizers and model, loaded once per session, fully offline (the offline
+environment is set by the repository's root ``conftest.py``)."""
 
 from __future__ import annotations
 
-import os
-
-for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -49,10 +49,39 @@ def test_recipe_yaml_parses_with_trl_parser(path):
             assert config.learning_rate == 7e-6 and config.top_k("tsp") == 1000 and config.top_k("wip") is None
             assert (config.delta("tsp"), config.delta("wip"), config.delta("sa")) == (5.0, 3.0, 8.0)
     if path.stem == "grpo":
-        _, reward_args, config, _ = parsed
+        _, config, _, reward_args = parsed
         if path.parent.name != "smollm2-135m":
             assert config.num_generations == 8 and reward_args.min_completion_tokens == 200
             assert config.learning_rate == 1e-6
+
+
+def test_recipes_have_trl_script_shape_and_take_defaults_from_the_paper_table():
+    """``main(*make_parser().parse_args_and_config())`` in every recipe; ``make_parser(subparsers)``
+    adds the sub-command to a TrlParser sub-command tree, as trl's scripts do; defaults from hparams."""
+    import argparse
+    import inspect
+
+    from trl import TrlParser
+
+    from icw.train import hparams
+
+    tree = argparse.ArgumentParser(prog="x").add_subparsers(dest="command", parser_class=TrlParser)
+    for name, make in PARSERS.items():
+        module = inspect.getmodule(make) if name != "sft" else _sft_module()
+        assert list(inspect.signature(module.make_parser).parameters)[:2] == ["subparsers", "prog"]
+        sub = module.make_parser(tree)
+        assert isinstance(sub, TrlParser) and tree.choices[name] is sub
+        assert "main(*parser.parse_args_and_config())" in (ROOT / "recipes" / f"{name}.py").read_text()
+    config = sdlp.SDLPConfig(output_dir="o", use_cpu=True)
+    assert {f: config.delta(f) for f in hparams.TRAIN_DELTA} == hparams.TRAIN_DELTA
+    assert {f: config.top_k(f) for f in hparams.TRAIN_TOP_K} == hparams.TRAIN_TOP_K
+    assert all(getattr(config, k) == v for k, v in hparams.SDLP_TRAINING.items())
+    _, grpo_config, _, reward_args = grpo.make_parser().parse_args_and_config(["--use_cpu", "true"])
+    assert all(getattr(grpo_config, k) == v for k, v in hparams.GRPO_TRAINING.items())
+    assert reward_args.min_completion_tokens == hparams.GRPO_MIN_COMPLETION_TOKENS
+    # a recipe YAML / the command line still override the table
+    _, grpo_config, _, _ = grpo.make_parser().parse_args_and_config(["--use_cpu", "true", "--learning_rate", "3e-6"])
+    assert grpo_config.learning_rate == 3e-6
 
 
 def test_unknown_yaml_key_is_rejected(tmp_path):

@@ -73,38 +73,107 @@ class _StaticBiasLogitsProcessor(LogitsProcessor):
 
 
 class TokenSetPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
-    r"""Token-Set Preference: ``Delta_t[v] = delta * 1[v in T]`` at every step.
+    r"""[`LogitsProcessor`] for Token-Set Preference (TSP): adds ``delta`` to the logits of the key's green
+    set ``T`` (a uniform ``gamma`` fraction of the English vocabulary ``V_en``) at every step,
+
+        Delta_t[v] = delta * 1[v in T],
+
+    so the text uses more distinct green tokens than the ``gamma`` a text written without the key
+    would (the verifier's statistic: distinct green tokens among distinct ``V_en`` tokens).
 
     Args:
-        keys: a TSP key (shared) or one per prompt/row.
-        tokenizer: the tokenizer the keys were built for.
-        delta: bias strength (3.0 in the paper's synthesis, 5.0 when training).
+        keys (`ICWKey`, `str` or `list` of them):
+            A TSP key shared by every row, or one key per prompt (rows are matched to keys in order;
+            with ``num_return_sequences`` or beams each key covers its prompt's consecutive copies).
+            Serialized keys (``icw:...``) and dicts are accepted.
+        tokenizer (`PreTrainedTokenizerBase`):
+            The tokenizer the keys were built for (checked against the keys' vocabulary fingerprint).
+        delta (`float`, *optional*, defaults to 3.0):
+            Bias strength added to the logits (``icw.keys.DEFAULT_DELTA``, the paper's synthesis value;
+            SDLP trains with 5.0).
 
-    Example:
-        >>> from icw import ICWKey
-        >>> from icw.models import load_model
-        >>> model, tok = load_model()
-        >>> key = ICWKey.create("tsp", seed=1, tokenizer=tok)
-        >>> inputs = tok(["The weather today"], return_tensors="pt")
-        >>> out = model.generate(**inputs, logits_processor=[TokenSetPreferenceLogitsProcessor(key, tok)],
-        ...                      max_new_tokens=20, do_sample=False)
+    Tip:
+        The bias table is ``(num_keys, vocab)`` and is placed on the logits' device once; pass one
+        processor per distinct key list rather than rebuilding it per step.
+
+    Examples:
+        >>> import torch
+        >>> from icw import ICWKey, verify
+        >>> from icw.models import load_tokenizer
+        >>> from icw.processors import TokenSetPreferenceLogitsProcessor
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> tok.padding_side = "left"  # decoder-only batches: new tokens must follow the prompt directly
+        >>> model = tiny_random_model("qwen3")  # random weights: the bias alone shapes the text
+        >>> keys = [ICWKey.create("tsp", seed=s, tokenizer=tok) for s in (1, 2)]  # one key per prompt
+        >>> inputs = tok(["Why is the sky blue?", "Name a bird."], return_tensors="pt", padding=True)
+        >>> def sample(processors):
+        ...     torch.manual_seed(0)
+        ...     out = model.generate(**inputs, logits_processor=processors, do_sample=True, top_k=0,
+        ...                          max_new_tokens=30)
+        ...     return tok.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        >>> plain = verify(sample([]), keys, tok)
+        >>> marked = verify(sample([TokenSetPreferenceLogitsProcessor(keys, tok, delta=3.0)]), keys, tok)
+        >>> [round(r.z_score, 1) for r in plain], [round(r.z_score, 1) for r in marked]
+        ([-0.8, -0.5], [7.8, 7.3])
+        >>> marked[0].p_value_method
+        'exact hypergeometric (|P| = 88492, |T| = 17698)'
     """
 
     family = "tsp"
 
 
 class WordInitialPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
-    r"""Word-Initial Preference: ``Delta_t[v] = delta * 1[v in V_en^word and phi(v) in L]``.
+    r"""[`LogitsProcessor`] for Word-Initial Preference (WIP): adds ``delta`` to the word-initial
+    tokens whose first letter is one of the key's green letters ``L`` (13 of 26),
 
-    Applied at every step, not only at word boundaries (gating on boundaries misses most word
-    starts under BPE, where the space is part of the next token).
+        Delta_t[v] = delta * 1[v in V_en^word and phi(v) in L],
+
+    so more words start with a green letter than the letters' share of the vocabulary ``p0``.
+
+    Args:
+        keys (`ICWKey`, `str` or `list` of them):
+            A WIP key shared by every row, or one key per prompt (rows are matched to keys in order;
+            with ``num_return_sequences`` or beams each key covers its prompt's consecutive copies).
+            Serialized keys (``icw:...``) and dicts are accepted.
+        tokenizer (`PreTrainedTokenizerBase`):
+            The tokenizer the keys were built for (checked against the keys' vocabulary fingerprint).
+        delta (`float`, *optional*, defaults to 3.0):
+            Bias strength added to the logits (``icw.keys.DEFAULT_DELTA``, the paper's synthesis value;
+            SDLP trains with 3.0).
+
+    Tip:
+        The bias is applied at every step, not only after a word boundary: under BPE the space is
+        part of the next token, so gating on boundaries misses most word starts.
+
+    Examples:
+        >>> import torch
+        >>> from icw import ICWKey, verify
+        >>> from icw.models import load_tokenizer
+        >>> from icw.processors import WordInitialPreferenceLogitsProcessor
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> tok.padding_side = "left"  # decoder-only batches: new tokens must follow the prompt directly
+        >>> model = tiny_random_model("qwen3")  # random weights: the bias alone shapes the text
+        >>> keys = [ICWKey.create("wip", seed=s, tokenizer=tok) for s in (1, 2)]  # one key per prompt
+        >>> inputs = tok(["Why is the sky blue?", "Name a bird."], return_tensors="pt", padding=True)
+        >>> def sample(processors):
+        ...     torch.manual_seed(0)
+        ...     out = model.generate(**inputs, logits_processor=processors, do_sample=True, top_k=0,
+        ...                          max_new_tokens=30)
+        ...     return tok.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        >>> plain = verify(sample([]), keys, tok)
+        >>> marked = verify(sample([WordInitialPreferenceLogitsProcessor(keys, tok)]), keys, tok)
+        >>> [round(r.z_score, 1) for r in plain], [round(r.z_score, 1) for r in marked]
+        ([-0.2, 0.6], [4.7, 5.0])
     """
 
     family = "wip"
 
 
 class SentenceAcrosticLogitsProcessor(LogitsProcessor):
-    r"""Sentence Acrostic: a stateful bias towards the next letter of the secret ``S``.
+    r"""[`LogitsProcessor`] for Sentence Acrostic (SA): a stateful bias towards the next letter of the
+    key's secret ``S``, so that the sentence-initial letters spell it.
 
     Per row the processor keeps the sentence automaton of :mod:`icw.text`, a target index
     ``tau`` and a miss counter ``f``. A step is *active* when ``tau < |S|`` and the text so
@@ -115,9 +184,46 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
     State updates are O(1) per step: each token's effect on the automaton is computed once
     from its surface and memoized, so nothing is re-decoded. ``tracked_letters[row]`` holds
     the sentence-initial letters seen so far, which equal :func:`icw.text.sentence_initials`
-    of the decoded continuation.
+    of the decoded continuation; ``targets[row]`` is ``tau``.
 
-    Use one processor per ``generate`` call (or call :meth:`reset`).
+    Args:
+        keys (`ICWKey`, `str` or `list` of them):
+            An SA key shared by every row, or one key per prompt (rows are matched to keys in order;
+            with ``num_return_sequences`` or beams each key covers its prompt's consecutive copies).
+        tokenizer (`PreTrainedTokenizerBase`):
+            The model's tokenizer (SA keys hold letters only, so any tokenizer works).
+        delta (`float`, *optional*, defaults to 8.0):
+            Bias strength at active steps (the paper's synthesis and training value).
+
+    Tip:
+        The processor is stateful. Use **one processor per** ``generate`` **call** (or call
+        :meth:`reset` between calls): it restarts only when a step's length does not follow on from
+        the previous step's, so a call whose prompt is the previous output (one token longer than
+        its last step) would silently continue the old rows' state. Batch with **left padding**
+        (``tokenizer.padding_side = "left"``) so that every row's new tokens follow its prompt; with
+        right padding pad tokens sit between prompt and answer. Keys are per row: a key list has
+        one key per prompt, in the batch's order.
+
+    Examples:
+        >>> import torch
+        >>> from icw import ICWKey, verify
+        >>> from icw.models import load_tokenizer
+        >>> from icw.processors import SentenceAcrosticLogitsProcessor
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> tok.padding_side = "left"  # decoder-only batches: new tokens must follow the prompt directly
+        >>> model = tiny_random_model("qwen3")  # random weights: the bias alone shapes the text
+        >>> keys = [ICWKey.create("sa", seed=s) for s in (1, 2)]  # one key per prompt
+        >>> inputs = tok(["Why is the sky blue?", "Name a bird."], return_tensors="pt", padding=True)
+        >>> def sample(processors):
+        ...     torch.manual_seed(0)
+        ...     out = model.generate(**inputs, logits_processor=processors, do_sample=True, top_k=0,
+        ...                          max_new_tokens=30)
+        ...     return tok.batch_decode(out[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        >>> processor = SentenceAcrosticLogitsProcessor(keys, tok)
+        >>> texts = sample([processor])
+        >>> [k.secret_string[:3] for k in keys], processor.tracked_letters, processor.targets
+        (['YNT', 'BSR'], ['YN', 'B'], [2, 1])
     """
 
     family = "sa"
@@ -241,6 +347,19 @@ _PROCESSORS = {"tsp": TokenSetPreferenceLogitsProcessor, "wip": WordInitialPrefe
 
 
 def logits_processor(keys: ICWKey | str | list, tokenizer: Any, delta: float | None = None) -> LogitsProcessor:
-    """The processor of the keys' family (all keys must share one family)."""
+    """The processor of the keys' family (all keys must share one family).
+
+    Args:
+        keys (`ICWKey`, `str` or `list` of them): one key, or one per prompt, all of one family.
+        tokenizer (`PreTrainedTokenizerBase`): the tokenizer the keys were built for.
+        delta (`float`, *optional*): bias strength; defaults to the family's ``DEFAULT_DELTA``.
+
+    Example:
+        >>> from icw import ICWKey
+        >>> from icw.models import load_tokenizer
+        >>> from icw.processors import logits_processor
+        >>> type(logits_processor(ICWKey.create("sa", seed=1), load_tokenizer("gpt2"))).__name__
+        'SentenceAcrosticLogitsProcessor'
+    """
     first = as_key(keys if isinstance(keys, (ICWKey, str, dict)) else next(iter(keys)))
     return _PROCESSORS[first.family](keys, tokenizer, delta)

@@ -1,17 +1,92 @@
-"""``icw bench ...``: each bench module that exists adds its own sub-commands."""
+"""``icw bench ...``: each bench module that exists adds its own sub-commands.
+
+The sub-command parsers are :class:`BenchArgumentParser` s (``transformers.HfArgumentParser``), so
+a sub-command whose options are a dataclass (``icw bench run``) is built from it, shows every
+default in ``--help``, and reads ``--config FILE.yaml`` as trl's ``TrlParser`` does: the file's
+values replace the defaults and flags on the command line override the file.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import HfArgumentParser
 
 #: Modules exposing ``register(bench_subparsers)``: dataset build/push, run, report.
 _BENCH_MODULES = ("icw.bench.dataset", "icw.bench.runner", "icw.bench.report")
 
 
+class BenchArgumentParser(HfArgumentParser):
+    """An ``HfArgumentParser`` whose dataclass options also come from ``--config FILE.yaml``.
+
+    ``--config`` takes a YAML mapping of field names to values, or the name of a task packaged in
+    ``icw/bench/tasks`` (``icwbench``). Unknown keys are an error, as in ``trl.TrlParser``.
+
+    Example:
+        >>> from icw.bench.runner import RUN_PARTS
+        >>> parser = BenchArgumentParser(RUN_PARTS, prog="icw bench run")
+        >>> args = parser.parse_args(["--config", "icwbench", "--out", "runs/x", "--families", "sa"])
+        >>> args.task, args.version, args.families, args.max_new_tokens
+        ('icwbench', 1, ['sa'], 600)
+    """
+
+    def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
+        super().__init__(dataclass_types, **kwargs)
+        if self.dataclass_types:
+            # read (and removed) before parsing, so it never reaches the dataclasses' namespace
+            self.add_argument("--config", metavar="YAML", default=argparse.SUPPRESS,
+                              help="YAML file (or packaged task name, e.g. icwbench) of option values; "
+                                   "command-line flags override it")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        args = list(args) if args is not None else None
+        if self.dataclass_types and args:
+            spec = None
+            for i, arg in enumerate(args):
+                if arg == "--config":
+                    if i + 1 >= len(args):
+                        self.error("--config needs a YAML file or a packaged task name")
+                    spec = args[i + 1]
+                    del args[i : i + 2]
+                    break
+                if arg.startswith("--config="):
+                    spec = arg.partition("=")[2]
+                    del args[i]
+                    break
+            if spec is not None:
+                self._apply_config(spec)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """One ``icw: error: ...`` line and exit status 2 (argparse would print the whole usage)."""
+        self.exit(2, f"icw: error: {message} (see: {self.prog} --help)\n")
+
+    def _apply_config(self, spec: str) -> None:
+        from .runner import read_config_file
+
+        try:
+            values = read_config_file(spec)
+        except ValueError as err:
+            self.error(str(err))
+        actions = {a.dest: a for a in self._actions if a.dest not in ("help", "config")}
+        unknown = sorted(set(values) - set(actions))
+        if unknown:
+            self.error(f"--config {spec}: unknown key(s) {', '.join(unknown)}; the keys are the option names "
+                       f"without '--' ({', '.join(sorted(actions))})")
+        for name, value in values.items():
+            action = actions[name]
+            if action.nargs == "+" and not isinstance(value, list):
+                value = [value]
+            action.default, action.required = value, False
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="ICWBench: build the dataset, run a model, report")
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=BenchArgumentParser)
     for name in _BENCH_MODULES:
         try:
             module = importlib.import_module(name)

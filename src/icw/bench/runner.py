@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,64 +39,159 @@ from .templates import template_for
 
 REQUIRED_COLUMNS = ("id", "family", "key", "instruction", "query")
 RESPONSES, RUN_CONFIG, QUALITY = "responses.jsonl", "run.json", "quality.jsonl"
-DEFAULT_DATASET = "icw/ICWBench"
+#: Packaged task files (``icw bench run --config NAME`` takes one by name, or any YAML file).
+TASKS_DIR = Path(__file__).with_name("tasks")
+
+
+def read_config_file(spec: str) -> dict[str, Any]:
+    """The mapping of a YAML run/task file: a path, or the name of a packaged task (``icwbench``)."""
+    import yaml
+
+    path = Path(spec)
+    if not path.is_file() and (TASKS_DIR / f"{spec}.yaml").is_file():
+        path = TASKS_DIR / f"{spec}.yaml"
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        known = ", ".join(sorted(p.stem for p in TASKS_DIR.glob("*.yaml")))
+        raise ValueError(f"--config {spec}: no such file, and no packaged task of that name ({known})") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"--config {spec}: not valid YAML ({err})") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {spec}: expected a YAML mapping of field: value")
+    return values
+
+
+#: The default task (``tasks/icwbench.yaml``): the one home of the task defaults below.
+DEFAULT_TASK = read_config_file("icwbench")
+DEFAULT_DATASET = DEFAULT_TASK["dataset"]
 #: Settings that must match when a run directory is resumed (otherwise results would mix).
 _RESUME_FIELDS = ("model", "dataset", "split", "mode", "max_new_tokens", "template", "key_seed_offset",
                   "query_dataset", "query_column", "adapter")
+#: Recorded only by newer runs: checked when the saved run.json has them.
+_RESUME_FIELDS_IF_SAVED = ("task", "version")
 
 
 @dataclass
-class RunConfig:
-    """Settings of one ``icw bench run`` (saved as ``RUN_DIR/run.json``)."""
+class TaskConfig:
+    """What is asked: an ICWBench task, declarative and versioned like an lm-evaluation-harness task.
 
-    out: str = field(metadata={"help": "run directory (responses.jsonl, run.json, quality.jsonl)"})
-    dataset: str = field(default=DEFAULT_DATASET, metadata={"help": "ICWBench folder or Hub id"})
-    families: tuple[str, ...] = field(default=FAMILIES, metadata={"help": "families to run"})
-    split: str = field(default="test", metadata={"help": "dataset split"})
-    limit: int | None = field(default=None, metadata={"help": "first N queries per family"})
-    backend: str = field(default="transformers", metadata={"help": "transformers, openai or vllm"})
-    model: str = field(default="smollm2", metadata={"help": "model name/folder/id (embedded SmolLM2 by default)"})
+    The defaults are those of the packaged ``icw/bench/tasks/icwbench.yaml``; a YAML file with the
+    same keys (``--config my_task.yaml``) defines another task.
+    """
+
+    _argument_group_name = "task (a YAML task file sets these: --config icwbench)"
+
+    task: str = field(default=DEFAULT_TASK["task"], metadata={"help": "task name, recorded in run.json"})
+    version: int = field(default=DEFAULT_TASK["version"],
+                         metadata={"help": "task version, recorded in run.json (bump when the numbers would move)"})
+    dataset: str = field(default=DEFAULT_TASK["dataset"], metadata={"help": "ICWBench folder or Hub id"})
+    split: str = field(default=DEFAULT_TASK["split"], metadata={"help": "dataset split"})
+    families: list[str] = field(default_factory=lambda: list(DEFAULT_TASK["families"]),
+                                metadata={"help": "families to run", "choices": FAMILIES})
+    limit: int | None = field(default=None, metadata={"help": "first N queries per family (unset: all)"})
+    mode: str = field(default=DEFAULT_TASK["mode"], metadata={
+        "help": "instruction (the benchmark) or bias (logit bias, the synthesis upper bound)",
+        "choices": ("instruction", "bias")})
+    max_new_tokens: int = field(default=DEFAULT_TASK["max_new_tokens"],
+                                metadata={"help": "cap on new tokens per response"})
+    delta: float | None = field(default=None, metadata={"help": "bias strength in bias mode (unset: the family's default)"})
+    template: str = field(default=DEFAULT_TASK["template"], metadata={"help": "paper, heldout, or a template file"})
+    key_seed_offset: int | None = field(
+        default=None, metadata={"help": "held-out keys: redraw each key with seed = offset + row"})
+    query_dataset: str | None = field(default=None, metadata={"help": "take queries from another dataset[:split]"})
+    query_column: str = field(default="query", metadata={"help": "column of --query-dataset holding the queries"})
+
+    def __post_init__(self) -> None:
+        self.families = [self.families] if isinstance(self.families, str) else list(self.families)
+        unknown = sorted(set(self.families) - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"unknown family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
+        if not self.families:
+            raise ValueError("--families needs at least one of " + ", ".join(FAMILIES))
+        if self.mode not in ("instruction", "bias"):
+            raise ValueError(f"--mode must be 'instruction' or 'bias', got {self.mode!r}")
+        if self.max_new_tokens < 1:
+            raise ValueError("--max-new-tokens must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError("--limit must be at least 1")
+
+
+@dataclass
+class BackendConfig:
+    """Who answers: the model or endpoint and how it is driven."""
+
+    _argument_group_name = "backend"
+
+    backend: str = field(default="transformers", metadata={"help": "transformers, openai or vllm",
+                                                           "choices": BACKENDS})
+    model: str = field(default="smollm2", metadata={"help": "model name, folder or Hub id (smollm2: the embedded SmolLM2)"})
     base_model: str | None = field(default=None, metadata={"help": "recorded: the model this one was trained from"})
     adapter: str | None = field(default=None, metadata={"help": "PEFT adapter folder (transformers backend)"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL (openai backend)"})
-    api_key: str | None = field(default=None, metadata={"help": "endpoint API key (default $OPENAI_API_KEY)"})
-    mode: str = field(default="instruction", metadata={"help": "instruction (benchmark) or bias (logit bias)"})
-    max_new_tokens: int = field(default=600, metadata={"help": "cap on new tokens per response"})
+    api_key: str | None = field(default=None, metadata={"help": "endpoint API key (unset: $OPENAI_API_KEY)"})
     batch_size: int = field(default=8, metadata={"help": "prompts per generate call (transformers)"})
     concurrency: int = field(default=4, metadata={"help": "parallel requests (openai backend)"})
-    delta: float | None = field(default=None, metadata={"help": "bias strength in bias mode (family default)"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
-    template: str = field(default="paper", metadata={"help": "paper, heldout, or a template file"})
-    key_seed_offset: int | None = field(default=None, metadata={"help": "held-out keys: redraw seed = offset + row"})
-    query_dataset: str | None = field(default=None, metadata={"help": "take queries from another dataset[:split]"})
-    query_column: str = field(default="query", metadata={"help": "column of --query-dataset holding the queries"})
-    attacks: tuple[str, ...] = field(default=(), metadata={"help": "attacks on positives (see icw.bench.attacks)"})
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+@dataclass
+class ExtrasConfig:
+    """Where results go and what else is measured: attacks, perplexity, an LLM judge."""
+
+    _argument_group_name = "output, attacks and quality"
+
+    out: str = field(metadata={"help": "run directory (responses.jsonl, run.json, quality.jsonl); "
+                                       "rerun the same command to resume it"})
+    attacks: list[str] = field(default_factory=list, metadata={"help": "attacks on positives (see icw.bench.attacks)"})
     attack_url: str | None = field(default=None, metadata={"help": "endpoint for paraphrase-style attacks"})
     attack_model: str | None = field(default=None, metadata={"help": "model at --attack-url"})
     paraphrase_rounds: int = field(default=1, metadata={"help": "rounds of LLM paraphrase (1-3)"})
-    ppl_models: tuple[str, ...] = field(default=(), metadata={"help": "reference models for perplexity"})
+    ppl_models: list[str] = field(default_factory=list, metadata={"help": "reference models for perplexity"})
     judge_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the judge"})
     judge_model: str | None = field(default=None, metadata={"help": "judge model name"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self) -> None:
-        self.families = tuple(self.families)
-        self.attacks, self.ppl_models = tuple(self.attacks), tuple(self.ppl_models)
-        unknown = sorted(set(self.families) - set(FAMILIES))
-        if unknown:
-            raise ValueError(f"unknown family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
-        if self.mode not in ("instruction", "bias"):
-            raise ValueError(f"--mode must be 'instruction' or 'bias', got {self.mode!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if self.backend == "openai" and self.mode == "bias":
-            raise ValueError("bias mode needs logit access: use --backend transformers or vllm with --mode bias")
-        if self.max_new_tokens < 1:
-            raise ValueError("--max-new-tokens must be at least 1")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("--limit must be at least 1")
+        self.attacks = [self.attacks] if isinstance(self.attacks, str) else list(self.attacks)
+        self.ppl_models = [self.ppl_models] if isinstance(self.ppl_models, str) else list(self.ppl_models)
         if self.judge_url and not self.judge_model:
             raise ValueError("--judge-url needs --judge-model")
+
+
+#: The parts of a run, in the order ``icw bench run``'s parser builds them.
+RUN_PARTS = (TaskConfig, BackendConfig, ExtrasConfig)
+
+
+@dataclass
+class RunConfig(TaskConfig, BackendConfig, ExtrasConfig):
+    """Settings of one ``icw bench run``: the task, the backend and the extras in one flat object
+    (saved as ``RUN_DIR/run.json``). Build it from keywords, or from its parts with :meth:`from_parts`.
+
+    Example:
+        >>> config = RunConfig(out="runs/x", families=["sa"], max_new_tokens=200)
+        >>> task, backend, extras = config.parts()
+        >>> task.task, task.version, task.families, backend.model, extras.out
+        ('icwbench', 1, ['sa'], 'smollm2', 'runs/x')
+    """
+
+    def __post_init__(self) -> None:
+        for part in RUN_PARTS:
+            part.__post_init__(self)
+        if self.backend == "openai" and self.mode == "bias":
+            raise ValueError("bias mode needs logit access: use --backend transformers or vllm with --mode bias")
+
+    @classmethod
+    def from_parts(cls, task: TaskConfig, backend: BackendConfig, extras: ExtrasConfig) -> RunConfig:
+        return cls(**asdict(task), **asdict(backend), **asdict(extras))
+
+    def parts(self) -> tuple[TaskConfig, BackendConfig, ExtrasConfig]:
+        values = asdict(self)
+        return tuple(part(**{f.name: values[f.name] for f in fields(part)}) for part in RUN_PARTS)
 
     def model_id(self) -> str:
         from ..models import SMOLLM2_HUB_ID
@@ -273,6 +368,7 @@ def _check_resume(config: RunConfig, out: Path) -> None:
     if saved_path.exists():
         saved = json.loads(saved_path.read_text(encoding="utf-8"))
         clash = [f for f in _RESUME_FIELDS if saved.get(f) != current.get(f)]
+        clash += [f for f in _RESUME_FIELDS_IF_SAVED if f in saved and saved[f] != current.get(f)]
         if clash:
             details = ", ".join(f"{f}: {saved.get(f)!r} there vs {current.get(f)!r} now" for f in clash)
             raise ValueError(f"{out} holds a run with other settings ({details}); resume with the same settings "
@@ -402,16 +498,9 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
 
 # -------------------------------------------------------------------------------------- CLI
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The :class:`RunConfig` of parsed ``icw bench run`` arguments."""
-    return RunConfig(
-        out=args.out, dataset=args.dataset, families=tuple(args.families), split=args.split, limit=args.limit,
-        backend=args.backend, model=args.model, base_model=args.base_model, adapter=args.adapter,
-        base_url=args.base_url, api_key=args.api_key, mode=args.mode, max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size, concurrency=args.concurrency, delta=args.delta, seed=args.seed,
-        template=args.template, key_seed_offset=args.key_seed_offset, query_dataset=args.query_dataset,
-        query_column=args.query_column, attacks=tuple(args.attacks), attack_url=args.attack_url,
-        attack_model=args.attack_model, paraphrase_rounds=args.paraphrase_rounds, ppl_models=tuple(args.ppl_models),
-        judge_url=args.judge_url, judge_model=args.judge_model)
+    """The :class:`RunConfig` of parsed ``icw bench run`` arguments (the parser's three parts, joined)."""
+    values = vars(args)
+    return RunConfig.from_parts(*(part(**{f.name: values[f.name] for f in fields(part)}) for part in RUN_PARTS))
 
 
 def _run_command(args: argparse.Namespace) -> None:
@@ -425,39 +514,9 @@ def _run_command(args: argparse.Namespace) -> None:
     print(f"results in {out / RESPONSES}; summarise with: icw bench report {out}")
 
 
-def _help(name: str) -> str:
-    return RunConfig.__dataclass_fields__[name].metadata["help"]
-
-
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw bench run``: its options are built from :data:`RUN_PARTS` by the bench's
+    ``HfArgumentParser`` (``--field`` and ``--field-name`` spellings), plus ``--config``."""
     p = sub.add_parser("run", help="generate, score, attack and judge one model on ICWBench (resumable)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default=DEFAULT_DATASET, help=_help("dataset"))
-    p.add_argument("--out", required=True, help=_help("out"))
-    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, help=_help("families"))
-    p.add_argument("--split", default="test", help=_help("split"))
-    p.add_argument("--limit", type=int, help=_help("limit"))
-    p.add_argument("--backend", default="transformers", choices=BACKENDS, help=_help("backend"))
-    p.add_argument("--model", default="smollm2", help=_help("model"))
-    p.add_argument("--base-model", help=_help("base_model"))
-    p.add_argument("--adapter", help=_help("adapter"))
-    p.add_argument("--base-url", help=_help("base_url"))
-    p.add_argument("--api-key", help=_help("api_key"))
-    p.add_argument("--mode", default="instruction", choices=("instruction", "bias"), help=_help("mode"))
-    p.add_argument("--max-new-tokens", type=int, default=600, help=_help("max_new_tokens"))
-    p.add_argument("--batch-size", type=int, default=8, help=_help("batch_size"))
-    p.add_argument("--concurrency", type=int, default=4, help=_help("concurrency"))
-    p.add_argument("--delta", type=float, help=_help("delta"))
-    p.add_argument("--seed", type=int, default=0, help=_help("seed"))
-    p.add_argument("--template", default="paper", help=_help("template"))
-    p.add_argument("--key-seed-offset", type=int, help=_help("key_seed_offset"))
-    p.add_argument("--query-dataset", help=_help("query_dataset"))
-    p.add_argument("--query-column", default="query", help=_help("query_column"))
-    p.add_argument("--attacks", nargs="*", default=[], help=_help("attacks"))
-    p.add_argument("--attack-url", help=_help("attack_url"))
-    p.add_argument("--attack-model", help=_help("attack_model"))
-    p.add_argument("--paraphrase-rounds", type=int, default=1, help=_help("paraphrase_rounds"))
-    p.add_argument("--ppl-models", nargs="*", default=[], help=_help("ppl_models"))
-    p.add_argument("--judge-url", help=_help("judge_url"))
-    p.add_argument("--judge-model", help=_help("judge_model"))
+                       description=__doc__.split("\n\n")[0], dataclass_types=RUN_PARTS)
     p.set_defaults(func=_run_command)

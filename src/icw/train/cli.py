@@ -1,7 +1,9 @@
 """``icw train ...``: the training recipes from the command line.
 
-Each sub-command takes the same ``--config recipe.yaml`` and ``--field value`` overrides as the
-scripts in ``recipes/`` (parsed by ``trl.TrlParser``), e.g.::
+Each sub-command is the recipe's own parser (``make_parser`` of :mod:`icw.train.synthesis`,
+:mod:`~icw.train.sdlp` and :mod:`~icw.train.grpo`, the ``TrlParser`` that ``recipes/*.py`` use) and
+calls the recipe's ``main(*parsed)``, so it takes the same ``--config recipe.yaml`` and
+``--field value`` overrides as the scripts, e.g.::
 
     icw train synthesize --config recipes/configs/smollm2-135m/synthesize.yaml --num_h1 20
     icw train sdlp --config recipes/configs/smollm2-135m/sdlp.yaml
@@ -12,31 +14,28 @@ For multi-GPU runs launch the scripts with ``accelerate launch`` instead.
 from __future__ import annotations
 
 import argparse
+import importlib
 from typing import Any
 
-
-def _synthesize(args: argparse.Namespace) -> None:
-    from .synthesis import make_parser, synthesize
-
-    (config,) = make_parser().parse_args_and_config(args.options)
-    synthesize(config)
-
-
-def _sdlp(args: argparse.Namespace) -> None:
-    from .sdlp import main
-
-    main(args.options)
+#: Sub-command -> module with the recipe's ``make_parser(subparsers=None, prog=None)`` and ``main(*parsed)``.
+RECIPES = {
+    "synthesize": ("icw.train.synthesis", "generate the cold-start dataset D_cs with the logit perturbation"),
+    "sdlp": ("icw.train.sdlp", "self-distillation with logit perturbation on D_cs"),
+    "grpo": ("icw.train.grpo", "GRPO with the verifier z as reward"),
+}
 
 
-def _grpo(args: argparse.Namespace) -> None:
-    from .grpo import main
-
-    main(args.options)
+def _run(args: argparse.Namespace) -> None:
+    module = importlib.import_module(RECIPES[args.train_command][0])
+    parser = module.make_parser(prog=f"icw train {args.train_command}")
+    # TrlParser raises ValueError for unknown keys and bad values: icw's CLI prints it as one line
+    module.main(*parser.parse_args_and_config(args.options))
 
 
 class _PassThroughParser(argparse.ArgumentParser):
-    """Hands every argument after the sub-command to the recipe's ``TrlParser`` (``--config``,
-    ``--field value``, ``--help``), which knows the dataclass fields and rejects unknown ones."""
+    """Keeps every argument after the sub-command for the recipe's ``TrlParser`` (``--config``,
+    ``--field value``, ``--help``), built only when the sub-command runs: building the three trl
+    parsers would import trl on every ``icw`` command."""
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
         namespace = namespace if namespace is not None else argparse.Namespace()
@@ -49,10 +48,5 @@ class _PassThroughParser(argparse.ArgumentParser):
 def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="cold-start synthesis, SDLP and GRPO training")
     train_sub = train.add_subparsers(dest="train_command", required=True, parser_class=_PassThroughParser)
-    for name, func, text in (
-        ("synthesize", _synthesize, "generate the cold-start dataset D_cs with the logit perturbation"),
-        ("sdlp", _sdlp, "self-distillation with logit perturbation on D_cs"),
-        ("grpo", _grpo, "GRPO with the verifier z as reward"),
-    ):
-        parser = train_sub.add_parser(name, help=text, add_help=False)
-        parser.set_defaults(func=func)
+    for name, (_, text) in RECIPES.items():
+        train_sub.add_parser(name, help=text, add_help=False).set_defaults(func=_run)

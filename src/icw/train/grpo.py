@@ -23,6 +23,7 @@ from ..generation import user_message
 from ..keys import ICWKey, as_key
 from ..text import sentence_initial_spans
 from ..verification import verify
+from .hparams import GRPO_MIN_COMPLETION_TOKENS, GRPO_TRAINING
 
 #: Single letters that are English words, so a sentence may start with them alone.
 WORD_LETTERS = frozenset("AI")
@@ -39,9 +40,18 @@ SECRET_RUN = 8
 def sa_gates(text: str, key: ICWKey | str) -> list[str]:
     """The SA reward-hacking gates that fire on ``text`` (empty when the text is clean).
 
+    Args:
+        text (`str`): the completion.
+        key (`ICWKey` or `str`): the row's SA key (its secret is what "written out" looks for).
+
     Example:
-        >>> sa_gates("**B**ees make honey. Every hive works.", ICWKey.create("sa", secret="BE"))
+        >>> key = ICWKey.create("sa", secret="BEHOLDTRAMPS")
+        >>> sa_gates("Bees make honey. Every hive works.", key)
+        []
+        >>> sa_gates("**B**ees make honey. Every hive works.", key)
         ['highlighted initials']
+        >>> sa_gates("Behold tramps, it said.", key)
+        ['secret written out']
     """
     key = as_key(key)
     reasons = []
@@ -83,8 +93,16 @@ class ICWReward:
         num_permutations: SA permutation-null size for z.
 
     Example:
-        >>> reward = ICWReward(tok, min_completion_tokens=200)
-        >>> reward(prompts, completions, completion_ids=ids, key=keys)   # what trl calls
+        What trl calls with a batch (``key`` is the dataset column; completions may also be
+        conversational message lists):
+
+        >>> from icw.models import load_tokenizer
+        >>> key = ICWKey.create("sa", secret="BEHOLDTRAMPS").to_string()
+        >>> answer = "Bees hum. Every hive works. Honey is sweet. Others rest. Later they fly. Days pass."
+        >>> reward = ICWReward(load_tokenizer("gpt2"), min_completion_tokens=10)
+        >>> [round(r, 1) for r in reward(completions=[answer, "Bees hum.", "**B**ees hum. " + answer],
+        ...                              key=[key] * 3)]
+        [3.7, 0.0, 0.0]
     """
 
     __name__ = "icw_z"
@@ -117,10 +135,29 @@ class ICWReward:
 
 @dataclass
 class ICWRewardArguments:
-    """Reward settings of ``recipes/grpo.py``."""
+    r"""The ICW part of ``recipes/grpo.py``'s configuration, parsed beside trl's ``GRPOConfig``.
+
+    GRPO's own optimisation defaults come from :data:`icw.train.hparams.GRPO_TRAINING` (the paper:
+    lr 1e-6, 8 rollouts per prompt; "Learning to Follow In-Context Watermark Instructions via
+    Self-Distillation", Section 4.3); see ``trl.GRPOConfig`` for its other fields.
+
+    Parameters:
+        > Parameters that control the reward ``r(y) = z(y; kappa)``
+
+        min_completion_tokens (`int`, *optional*, defaults to `200`):
+            Completions with fewer tokens get reward 0 (the paper's rule against short answers).
+        sa_gates (`bool`, *optional*, defaults to `True`):
+            Zero the reward of SA completions that hack the verifier (see :func:`sa_gates`).
+
+        > Parameters that control the prompts
+
+        instruction_template (`str` or `None`, *optional*, defaults to `None`):
+            Custom instruction template in the prompt (`None`: the paper's).
+    """
 
     min_completion_tokens: int = field(
-        default=200, metadata={"help": "Completions shorter than this many tokens get reward 0 (paper: 200)."})
+        default=GRPO_MIN_COMPLETION_TOKENS,
+        metadata={"help": "Completions shorter than this many tokens get reward 0 (paper: 200)."})
     sa_gates: bool = field(default=True, metadata={"help": "Zero the reward of SA completions that hack the verifier "
                                                            "(highlighted initials, orphan letters, letter headings, "
                                                            "the secret written out)."})
@@ -142,31 +179,40 @@ def grpo_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> A
                        desc="building GRPO prompts")
 
 
-def make_parser() -> Any:
-    """The ``TrlParser`` of ``recipes/grpo.py``: data, reward settings, trl's ``GRPOConfig`` and ``ModelConfig``."""
+def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
+    """The ``TrlParser`` of ``recipes/grpo.py`` and ``icw train grpo``: :class:`~icw.train.common.DCSArguments`
+    (script), trl's ``GRPOConfig`` (training, defaults from :data:`~icw.train.hparams.GRPO_TRAINING`),
+    ``ModelConfig`` and :class:`ICWRewardArguments`. With ``subparsers`` it is added there as ``grpo``."""
     from trl import GRPOConfig, ModelConfig, TrlParser
 
     from .common import DCSArguments
 
-    return TrlParser((DCSArguments, ICWRewardArguments, GRPOConfig, ModelConfig))
+    dataclass_types = (DCSArguments, GRPOConfig, ModelConfig, ICWRewardArguments)
+    if subparsers is not None:
+        parser = subparsers.add_parser("grpo", help="GRPO with the verifier z as reward",
+                                       dataclass_types=dataclass_types)
+    else:
+        parser = TrlParser(dataclass_types, prog=prog)
+    parser.set_defaults(**GRPO_TRAINING)  # a recipe YAML and the command line still override these
+    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> Any:
-    """Entry point of ``recipes/grpo.py`` and ``icw train grpo``."""
+def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICWRewardArguments | None = None) -> Any:
+    """Train as parsed by :func:`make_parser` (``recipes/grpo.py``, ``icw train grpo``)."""
     from trl import GRPOTrainer, get_peft_config
     from trl.import_utils import is_vllm_available
 
     from .common import load_policy, save_and_push
 
-    data_args, reward_args, config, model_args = make_parser().parse_args_and_config(
-        None if argv is None else list(argv))
-    if config.use_vllm and not is_vllm_available():
+    reward_args = reward_args or ICWRewardArguments()
+    if training_args.use_vllm and not is_vllm_available():
         raise ValueError("use_vllm is set but vLLM is not installed: pip install 'icw[vllm]' or set use_vllm: false")
     model, tokenizer = load_policy(model_args)
-    dataset = grpo_dataset(data_args.load(label=1, seed=config.seed), tokenizer, reward_args.instruction_template)
+    dataset = grpo_dataset(script_args.load(label=1, seed=training_args.seed), tokenizer,
+                           reward_args.instruction_template)
     reward = ICWReward(tokenizer, reward_args.min_completion_tokens, reward_args.sa_gates)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=training_args, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer

@@ -28,66 +28,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from ..generation import chat_prompt
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
 from ..processors import AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
+from .hparams import TRAIN_DELTA, TRAIN_TOP_K
+from .sdlp_config import SDLPConfig
 
-#: Training-time perturbation strengths of the reference implementation (synthesis uses 3/3/8).
-TRAIN_DELTA = {"tsp": 5.0, "wip": 3.0, "sa": 8.0}
-#: Teacher top-k per family in the reference implementation (None: the full vocabulary).
-TRAIN_TOP_K: dict[str, int | None] = {"tsp": 1000, "wip": None, "sa": 1000}
-
-
-# ------------------------------------------------------------------------------------ config
-@dataclass
-class SDLPConfig(TrainingArguments):
-    r"""Configuration of :class:`SDLPTrainer`: ``transformers.TrainingArguments`` plus the SDLP fields.
-
-    The defaults follow the paper's reference run (lr 7e-6, batch 8, training deltas TSP 5.0,
-    WIP 3.0, SA 8.0; top-k 1000 for TSP and SA and the full vocabulary for WIP).
-    """
-
-    learning_rate: float = field(default=7e-6, metadata={"help": "Initial AdamW learning rate (paper: 7e-6)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Rows per device per step (paper: 8)."})
-    num_train_epochs: float = field(default=2.0, metadata={"help": "Epochs over D_cs (paper: 2-3)."})
-    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
-    remove_unused_columns: bool = field(
-        default=False, metadata={"help": "Keep the dataset columns: the collator needs family, key and the token ids."})
-    delta_tsp: float = field(default=TRAIN_DELTA["tsp"], metadata={"help": "Teacher bias strength for TSP rows."})
-    delta_wip: float = field(default=TRAIN_DELTA["wip"], metadata={"help": "Teacher bias strength for WIP rows."})
-    delta_sa: float = field(default=TRAIN_DELTA["sa"], metadata={"help": "Teacher bias strength for SA rows."})
-    top_k_tsp: int = field(default=1000, metadata={"help": "Teacher top-k support for TSP rows (0: full vocabulary)."})
-    top_k_wip: int = field(default=0, metadata={"help": "Teacher top-k support for WIP rows (0: full vocabulary)."})
-    top_k_sa: int = field(default=1000, metadata={"help": "Teacher top-k support for SA rows (0: full vocabulary)."})
-    max_response_length: int = field(
-        default=1024, metadata={"help": "Response tokens kept per row (EOS included); longer responses are cut."})
-    max_prompt_length: int = field(
-        default=32768, metadata={"help": "Longest student prompt accepted; a longer one raises (use a smaller TSP "
-                                         "pool_size for small-context models)."})
-    loss_chunk_size: int = field(
-        default=256, metadata={"help": "Response positions per chunk when applying the output head in the loss; "
-                                       "bounds the (chunk, vocab) tensors alive at once."})
-    instruction_template: str | None = field(
-        default=None, metadata={"help": "Custom instruction template for the student (default: the paper's)."})
-    model_init_kwargs: dict[str, Any] | None = field(
-        default=None, metadata={"help": "Keyword arguments of from_pretrained when the model is given as a path."})
-
-    def delta(self, family: str) -> float:
-        return float(getattr(self, f"delta_{family}"))
-
-    def top_k(self, family: str) -> int | None:
-        k = int(getattr(self, f"top_k_{family}"))
-        return k if k > 0 else None
-
+__all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
+           "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
 
 # ------------------------------------------------------------------------------------- loss
 def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
@@ -352,8 +308,27 @@ class SDLPTrainer(Trainer):
         teacher_model: an explicit frozen teacher (default: the base model itself).
 
     Example:
-        >>> trainer = SDLPTrainer(model, SDLPConfig(output_dir="out"), train_dataset=ds, processing_class=tok)
-        >>> trainer.train()
+        One step on two rows of ``D_cs`` (a watermarked ``D_H1`` row and a plain ``D_H0`` row) with a
+        random stand-in model:
+
+        >>> import tempfile
+        >>> from datasets import Dataset
+        >>> from transformers import PrinterCallback
+        >>> from icw import ICWKey
+        >>> from icw.models import load_tokenizer
+        >>> from icw.testing import tiny_random_model
+        >>> tok = load_tokenizer("qwen3")
+        >>> key = ICWKey.create("wip", seed=1, tokenizer=tok).to_string()
+        >>> rows = Dataset.from_list([
+        ...     {"family": "wip", "key": key, "query": "Why is the sky blue?", "response": "Light scatters.", "label": 1},
+        ...     {"family": "wip", "key": "", "query": "Name a bird.", "response": "A robin.", "label": 0}])
+        >>> args = SDLPConfig(output_dir=tempfile.mkdtemp(), max_steps=1, per_device_train_batch_size=2,
+        ...                   use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+        >>> trainer = SDLPTrainer(tiny_random_model("qwen3"), args, train_dataset=rows, processing_class=tok)
+        >>> trainer.remove_callback(PrinterCallback)  # keep the example's output to the result
+        >>> result = trainer.train()
+        >>> result.global_step, result.training_loss > 0
+        (1, True)
     """
 
     def __init__(self, model: Any, args: SDLPConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
@@ -453,26 +428,32 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
 
 
 
-def make_parser() -> Any:
-    """The ``TrlParser`` of ``recipes/sdlp.py``: data, :class:`SDLPConfig` and trl's ``ModelConfig`` (LoRA fields)."""
+def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
+    """The ``TrlParser`` of ``recipes/sdlp.py`` and ``icw train sdlp``: :class:`~icw.train.common.DCSArguments`
+    (script), :class:`SDLPConfig` (training) and trl's ``ModelConfig`` (model, LoRA). With ``subparsers``
+    (whose ``parser_class`` is a ``TrlParser``) it is added there as the ``sdlp`` sub-command, as trl's scripts do."""
     from trl import ModelConfig, TrlParser
 
     from .common import DCSArguments
 
-    return TrlParser((DCSArguments, SDLPConfig, ModelConfig))
+    dataclass_types = (DCSArguments, SDLPConfig, ModelConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("sdlp", help="self-distillation with logit perturbation on D_cs",
+                                     dataclass_types=dataclass_types)
+    return TrlParser(dataclass_types, prog=prog)
 
 
-def main(argv: Sequence[str] | None = None) -> SDLPTrainer:
-    """Entry point of ``recipes/sdlp.py`` and ``icw train sdlp``: parse the YAML recipe, train, save."""
+def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTrainer:
+    """Train as parsed by :func:`make_parser` (``recipes/sdlp.py``, ``icw train sdlp``): load ``D_cs`` and
+    the policy, train, save (and push, with the model card when results are given)."""
     from trl import get_peft_config
 
     from .common import load_policy, save_and_push
 
-    data_args, config, model_args = make_parser().parse_args_and_config(None if argv is None else list(argv))
     model, tokenizer = load_policy(model_args)
-    dataset = data_args.load(seed=config.seed)
-    trainer = SDLPTrainer(model, config, train_dataset=dataset, processing_class=tokenizer,
+    dataset = script_args.load(seed=training_args.seed)
+    trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,
                           peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
-    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer

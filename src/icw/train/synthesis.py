@@ -90,11 +90,20 @@ class SynthesisConfig:
         return int(counts[0] if len(counts) == 1 else counts[index])
 
 
-def make_parser() -> Any:
-    """The ``TrlParser`` of ``recipes/synthesize.py`` and ``icw train synthesize``."""
+def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
+    """The ``TrlParser`` of ``recipes/synthesize.py`` and ``icw train synthesize`` (one :class:`SynthesisConfig`).
+    With ``subparsers`` it is added there as the ``synthesize`` sub-command, as trl's scripts do."""
     from trl import TrlParser
 
-    return TrlParser(SynthesisConfig)
+    if subparsers is not None:
+        return subparsers.add_parser("synthesize", help="generate the cold-start dataset D_cs with the logit "
+                                     "perturbation", dataclass_types=(SynthesisConfig,))
+    return TrlParser((SynthesisConfig,), prog=prog)
+
+
+def main(script_args: SynthesisConfig) -> Any:
+    """Synthesize as parsed by :func:`make_parser` (``recipes/synthesize.py``, ``icw train synthesize``)."""
+    return synthesize(script_args)
 
 
 def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig) -> ICWKey:

@@ -1,0 +1,30 @@
+"""Repository-wide pytest set-up: offline Hugging Face libraries, and doctest collection over ``src/icw``.
+
+``pyproject.toml`` runs ``--doctest-modules`` over ``tests`` and ``src/icw``, so every ``>>>``
+example in the package is executed. Modules that need an optional extra are left out of that
+collection when the extra is not installed (the examples of the core package always run).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: Package paths whose import needs an optional extra, with the distributions they import.
+_NEEDS_EXTRA = {
+    "src/icw/detection.py": ("sklearn",),  # bench
+    "src/icw/bench": ("datasets", "sklearn"),  # bench
+    "src/icw/evaluate_metrics.py": ("datasets", "evaluate"),  # bench
+    "src/icw/publish.py": ("datasets", "evaluate"),  # bench
+    "src/icw/metrics": ("datasets", "evaluate"),  # bench
+    "src/icw/train": ("datasets", "trl"),  # train
+}
+
+collect_ignore = [path for path, modules in _NEEDS_EXTRA.items()
+                  if any(importlib.util.find_spec(m) is None for m in modules)]
+# The metric Spaces' app.py files share one basename (and launch a Gradio app): not doctest modules.
+collect_ignore_glob = ["src/icw/metrics/*/app.py"]

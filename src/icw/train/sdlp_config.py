@@ -1,0 +1,119 @@
+"""Configuration of SDLP (:class:`SDLPConfig`), as trl keeps each trainer's config in its own module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainingArguments
+
+from .hparams import SDLP_TRAINING, TRAIN_DELTA, TRAIN_TOP_K
+
+#: Teacher top-k support as the config's integer fields store it (0: the full vocabulary).
+_TOP_K_FIELD = {family: k or 0 for family, k in TRAIN_TOP_K.items()}
+
+
+@dataclass
+class SDLPConfig(TrainingArguments):
+    r"""Configuration of :class:`SDLPTrainer`: ``transformers.TrainingArguments`` plus the SDLP fields.
+
+    Only the parameters specific to SDLP, or whose defaults differ from ``TrainingArguments``, are
+    listed; see ``transformers.TrainingArguments`` for the rest. Defaults come from
+    :mod:`icw.train.hparams`, the paper's values ("Learning to Follow In-Context Watermark
+    Instructions via Self-Distillation", Section 4.2: lr 7e-6, batch 8, 2-3 epochs; training deltas
+    TSP 5.0, WIP 3.0, SA 8.0; teacher top-k 1000 for TSP and SA, the full vocabulary for WIP).
+
+    Parameters:
+        > Parameters that control the teacher's perturbation ``Delta_t``
+
+        delta_tsp (`float`, *optional*, defaults to `5.0`):
+            Strength added to the teacher's logits on the green set of TSP rows.
+        delta_wip (`float`, *optional*, defaults to `3.0`):
+            Strength added on the green word-initial tokens of WIP rows.
+        delta_sa (`float`, *optional*, defaults to `8.0`):
+            Strength added at active sentence starts of SA rows (replayed along the response).
+
+        > Parameters that control the loss
+
+        top_k_tsp (`int`, *optional*, defaults to `1000`):
+            Teacher top-k support ``I_t`` for TSP rows; both distributions are renormalized on it
+            (0: the full vocabulary).
+        top_k_wip (`int`, *optional*, defaults to `0`):
+            Teacher top-k support for WIP rows (0: the full vocabulary, the paper's choice).
+        top_k_sa (`int`, *optional*, defaults to `1000`):
+            Teacher top-k support for SA rows.
+        loss_chunk_size (`int`, *optional*, defaults to `256`):
+            Response positions per chunk when the output head is applied in the loss; bounds the
+            ``(chunk, vocab)`` tensors alive at once.
+
+        > Parameters that control the data
+
+        max_response_length (`int`, *optional*, defaults to `1024`):
+            Response tokens kept per row (EOS included); longer responses are cut.
+        max_prompt_length (`int`, *optional*, defaults to `32768`):
+            Longest student prompt accepted; a longer one raises (use a smaller TSP ``pool_size``
+            for small-context models).
+        instruction_template (`str` or `None`, *optional*, defaults to `None`):
+            Custom instruction template for the student's prompt (`None`: the paper's).
+        remove_unused_columns (`bool`, *optional*, defaults to `False`):
+            Keep the dataset columns: the collator needs family, key and the token ids.
+
+        > Parameters that control the model
+
+        model_init_kwargs (`dict` or `None`, *optional*, defaults to `None`):
+            Keyword arguments of ``from_pretrained`` when the model is given as a path.
+
+        > Parameters whose defaults differ from ``TrainingArguments``
+
+        learning_rate (`float`, *optional*, defaults to `7e-6`):
+            Initial AdamW learning rate.
+        per_device_train_batch_size (`int`, *optional*, defaults to `8`):
+            Rows per device per step.
+        num_train_epochs (`float`, *optional*, defaults to `2.0`):
+            Epochs over ``D_cs`` (the paper trains 2-3).
+        logging_steps (`float`, *optional*, defaults to `10`):
+            Log every N optimizer steps.
+
+    Example:
+        >>> config = SDLPConfig(output_dir="runs/sdlp", delta_wip=2.0)
+        >>> config.learning_rate, config.delta("wip"), config.top_k("tsp"), config.top_k("wip")
+        (7e-06, 2.0, 1000, None)
+    """
+
+    learning_rate: float = field(default=SDLP_TRAINING["learning_rate"],
+                                 metadata={"help": "Initial AdamW learning rate (paper: 7e-6)."})
+    per_device_train_batch_size: int = field(default=SDLP_TRAINING["per_device_train_batch_size"],
+                                             metadata={"help": "Rows per device per step (paper: 8)."})
+    num_train_epochs: float = field(default=SDLP_TRAINING["num_train_epochs"],
+                                    metadata={"help": "Epochs over D_cs (paper: 2-3)."})
+    logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Keep the dataset columns: the collator needs family, key and the token ids."})
+    delta_tsp: float = field(default=TRAIN_DELTA["tsp"], metadata={"help": "Teacher bias strength for TSP rows."})
+    delta_wip: float = field(default=TRAIN_DELTA["wip"], metadata={"help": "Teacher bias strength for WIP rows."})
+    delta_sa: float = field(default=TRAIN_DELTA["sa"], metadata={"help": "Teacher bias strength for SA rows."})
+    top_k_tsp: int = field(default=_TOP_K_FIELD["tsp"],
+                           metadata={"help": "Teacher top-k support for TSP rows (0: full vocabulary)."})
+    top_k_wip: int = field(default=_TOP_K_FIELD["wip"],
+                           metadata={"help": "Teacher top-k support for WIP rows (0: full vocabulary)."})
+    top_k_sa: int = field(default=_TOP_K_FIELD["sa"],
+                          metadata={"help": "Teacher top-k support for SA rows (0: full vocabulary)."})
+    max_response_length: int = field(
+        default=1024, metadata={"help": "Response tokens kept per row (EOS included); longer responses are cut."})
+    max_prompt_length: int = field(
+        default=32768, metadata={"help": "Longest student prompt accepted; a longer one raises (use a smaller TSP "
+                                         "pool_size for small-context models)."})
+    loss_chunk_size: int = field(
+        default=256, metadata={"help": "Response positions per chunk when applying the output head in the loss; "
+                                       "bounds the (chunk, vocab) tensors alive at once."})
+    instruction_template: str | None = field(
+        default=None, metadata={"help": "Custom instruction template for the student (default: the paper's)."})
+    model_init_kwargs: dict[str, Any] | None = field(
+        default=None, metadata={"help": "Keyword arguments of from_pretrained when the model is given as a path."})
+
+    def delta(self, family: str) -> float:
+        return float(getattr(self, f"delta_{family}"))
+
+    def top_k(self, family: str) -> int | None:
+        k = int(getattr(self, f"top_k_{family}"))
+        return k if k > 0 else None
