@@ -181,3 +181,65 @@ def benchmark_model(name: str, device: str = "cpu", dtype: str | None = None) ->
     if name in QWEN3_SHAPES:
         return random_model(name, device=device, dtype=torch_dtype)
     return load_model(name, dtype=torch_dtype, device=device)
+
+
+#: Key seeds of the power and detection-curve benchmarks: disjoint from the audit's and ICWBench's.
+ANSWER_SEED_START = 3_000_000
+
+
+def biased_answers(family: str, num: int, max_new_tokens: int, cache: str | Path | None = None,
+                   batch_size: int = 30, delta: float | None = None) -> list[tuple[str, str]]:
+    """``num`` logit-biased SmolLM2-135M-Instruct answers to the bundled questions, each under a fresh
+    key (seeds from :data:`ANSWER_SEED_START`), as ``(key string, answer)``. Kept in ``cache`` (JSON
+    Lines) batch by batch when given, so a rerun resumes: generation dominates on CPU."""
+    import json
+
+    from icw.bench.dataset import bundled_questions_path, read_questions
+    from icw.generation import generate_responses
+    from icw.keys import ICWKey
+    from icw.models import load_model
+
+    path = Path(cache) if cache else None
+    done: dict[int, str] = {}
+    if path is not None and path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else None
+            if row and row["max_new_tokens"] == max_new_tokens and row["family"] == family:
+                done[row["index"]] = row["answer"]
+    questions = [q for q, _ in read_questions(bundled_questions_path())]
+    tok = None
+    todo = [i for i in range(num) if i not in done]
+    if todo:
+        model, tok = load_model("smollm2")
+    keys = [ICWKey.create(family, seed=ANSWER_SEED_START + i, tokenizer=(tok or _smollm2()) if family != "sa" else None)
+            for i in range(num)]
+
+    def save(batch: list[int], answers: list[str]) -> None:
+        for j, answer in zip(batch, answers, strict=True):
+            done[todo[j]] = answer
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as out:
+                out.writelines(json.dumps({"family": family, "index": todo[j], "key": keys[todo[j]].to_string(),
+                                           "answer": a, "max_new_tokens": max_new_tokens}) + "\n"
+                               for j, a in zip(batch, answers, strict=True))
+
+    if todo:
+        generate_responses(model, tok, [questions[i % len(questions)] for i in todo], [keys[i] for i in todo], "bias",
+                           delta=delta, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                           progress=f"{family} answers", on_batch=save)
+    return [(keys[i].to_string(), done[i]) for i in range(num)]
+
+
+def _smollm2() -> Any:
+    from icw.models import load_tokenizer
+
+    return load_tokenizer("smollm2")
+
+
+def truncate_tokens(tokenizer: Any, text: str, num_tokens: int) -> str:
+    """``text`` cut after its ``num_tokens``-th token (the whole text when it is shorter)."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if len(enc["input_ids"]) <= num_tokens:
+        return text
+    return text[: enc["offset_mapping"][num_tokens - 1][1]]

@@ -146,7 +146,7 @@ def test_bad_input(tmp_path, capsys):
         read_questions(empty)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": 1}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="'question' or 'query'"):
+    with pytest.raises(ValueError, match="among question, query, title"):
         read_questions(bad)
     with pytest.raises(ValueError, match="either --questions FILE or --lfqa"):
         BenchBuildConfig(out="x", questions="q.txt", lfqa=True)

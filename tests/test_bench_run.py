@@ -94,17 +94,17 @@ def test_run_instruction_mode_scores_every_item_and_report_follows_schema(tmp_pa
     for key in ("model", "base_model", "adapter", "dataset", "mode", "max_new_tokens"):
         assert key in saved
     fam = saved["families"]["tsp"]
-    for key in ("num_positive", "num_negative", "auc", "auc_ci", "tpr_at_1fpr", "tpr_ci", "mean_z_positive",
+    for key in ("num_positive", "num_negative", "roc_auc", "roc_auc_ci", "tpr_at_fpr", "tpr_at_fpr_ci", "fpr", "mean_z_positive",
                 "mean_z_negative", "ppl", "judge", "attacks"):
         assert key in fam
-    assert fam["num_positive"] == fam["num_negative"] == 3 and 0.0 <= fam["auc"] <= 1.0
+    assert fam["num_positive"] == fam["num_negative"] == 3 and 0.0 <= fam["roc_auc"] <= 1.0
     # the model-card command reads this file as written: a local dataset folder cites the Hub dataset
     from icw.cards import model_card
 
     card = model_card(tmp_path / "run" / "results.json")
     assert card.data.datasets == ["icw/ICWBench"]
     aucs = {r.dataset_config: r.metric_value for r in card.data.eval_results if r.metric_type == "roc_auc"}
-    assert aucs == pytest.approx({"tsp": fam["auc"], "sa": saved["families"]["sa"]["auc"]}, abs=1e-4)  # card rounds
+    assert aucs == pytest.approx({"tsp": fam["roc_auc"], "sa": saved["families"]["sa"]["roc_auc"]}, abs=1e-4)  # card rounds
     md = (tmp_path / "run" / "report.md").read_text()
     assert "TSP AUC" in md and "SA TPR@1%FPR" in md and "WIP AUC" not in md
     for name in ("roc_tsp.png", "z_hist_tsp.png", "roc_sa.png", "z_hist_sa.png"):

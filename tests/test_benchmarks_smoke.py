@@ -85,3 +85,10 @@ def test_bench_throughput_tiny(capsys):
     assert "| transformers, batch 4 |" in printed and "| transformers, one at a time |" in printed
     assert [r[0] for r in _rows(printed)][-3:] == ["TSP", "WIP", "SA"]
     assert rates["batched"] > 0 and rates["one_at_a_time"] > 0 and min(rates["scoring"].values()) > 0
+
+
+def test_detect_memory_quick(capsys):
+    rows = _load("detect_memory").main(["--quick", "--families", "sa"])
+    assert [(r["family"], r["mb"]) for r in rows] == [("sa", 0.0), ("sa", 0.01)]
+    assert rows[1]["scored"] > 20 and all(r["rss_mb"] > 50 for r in rows)
+    assert len(_rows(capsys.readouterr().out)) == 2

@@ -1,3 +1,4 @@
+import io
 import json
 import subprocess
 import sys
@@ -42,7 +43,7 @@ def test_detect_files_stdin_and_jsonl(capsys, tmp_path, monkeypatch, qwen3):
     code, out, _ = run_cli(capsys, "detect", "--key", key.to_string(), "--jsonl", "--alpha", "0.5", str(b))
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(rows) == 2 and rows[0]["alpha"] == 0.5 and rows[0]["source"].endswith("b.jsonl:1")
-    monkeypatch.setattr(sys, "stdin", type("S", (), {"buffer": type("B", (), {"read": lambda self: TEXT.encode()})()})())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(TEXT.encode())))  # read with a bound
     code, out, _ = run_cli(capsys, "detect", "--key", "icw:sa:seed=1,length=18")
     assert code == 0 and json.loads(out)["family"] == "sa"
 
@@ -58,7 +59,7 @@ def test_vocab(capsys):
         (["detect", "--key", "not-a-key", "FILE"], "malformed key"),
         (["detect", "--key", "icw:nope:seed=1", "FILE"], "unknown ICW family 'nope'"),
         (["detect", "--key", "TSPKEY", "--tokenizer", "gpt2", "FILE"], "built for tokenizer 'qwen3'"),
-        (["detect", "--key", "icw:sa:seed=1", "--jsonl", "FILE"], "not JSON"),
+        (["detect", "--key", "icw:sa:seed=1", "--jsonl", "FILE"], "not valid JSON"),
         (["detect", "--key", "icw:sa:seed=1", "MISSING"], "nope.txt: no such file"),
         (["detect", "--key", "icw:sa:seed=1", "DIR"], "is a directory"),
         (["detect", "--key", "icw:sa:seed=1", "--max-chars", "10", "FILE"], "f.txt has 100 characters, more than --max-chars=10"),
@@ -68,7 +69,7 @@ def test_vocab(capsys):
         (["detect", "--key", "HUBKEY", "FILE"], "the Hub is offline"),
         (["key", "new", "--family", "wip", "--seed", "1", "--tokenizer", "no-such/tokenizer"], "a Hub id while online"),
         (["detect", "--key", "icw:sa:seed=1", "BINARY"], "is not UTF-8 text"),
-        (["key", "new", "--family", "tsp", "--seed", "1", "--gamma", "2"], "gamma must lie strictly between 0 and 1"),
+        (["key", "new", "--family", "tsp", "--seed", "1", "--gamma", "2"], "gamma must be a number strictly between 0 and 1"),
     ],
 )
 def test_errors_are_one_clear_line(capsys, tmp_path, qwen3, args, message):

@@ -28,7 +28,7 @@ def test_tpr_at_fpr_with_ties_matches_brute_force():
 def test_report_and_bad_input():
     rng = np.random.default_rng(1)
     r = detection_report(rng.normal(3, 1, 80), rng.normal(0, 1, 80), num_bootstrap=200)
-    assert r.auc_ci[0] <= r.auc <= r.auc_ci[1] and r.tpr_ci[0] <= r.tpr <= r.tpr_ci[1]
+    assert r.roc_auc_ci[0] <= r.roc_auc <= r.roc_auc_ci[1] and r.tpr_at_fpr_ci[0] <= r.tpr_at_fpr <= r.tpr_at_fpr_ci[1]
     with pytest.raises(ValueError, match="at least one positive and one negative"):
         detection_report([], [1.0])
     with pytest.raises(ValueError, match="finite"):

@@ -67,7 +67,7 @@ def test_metric_bad_input(loaded, qwen3):
         tsp.compute(predictions=TEXTS)
     with pytest.raises(ValueError, match="unknown ICW family 'abc'"):
         tsp.compute(predictions=TEXTS, keys="icw:abc:seed=1")
-    with pytest.raises(ValueError, match="expected format"):
+    with pytest.raises(TypeError, match="prediction 0 is a int, not a str"):
         tsp.compute(predictions=[1, 2], keys=key)
     with pytest.raises(ValueError, match="use the icw_sa metric"):
         tsp.compute(predictions=TEXTS, keys="icw:sa:seed=1")
@@ -143,7 +143,7 @@ def test_tpr_intervals_cover_the_truth():
     covered, widths = 0, []
     for r in range(reps):
         rep = detection_report(rng.normal(mu, 1, n), rng.normal(0, 1, n), fpr=0.1, num_bootstrap=200, seed=r)
-        lo, hi = rep.tpr_ci
+        lo, hi = rep.tpr_at_fpr_ci
         covered += lo <= truth <= hi
         widths.append(hi - lo)
     assert covered / reps >= 0.8, f"coverage {covered}/{reps}"

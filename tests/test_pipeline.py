@@ -59,7 +59,7 @@ def test_pipeline_matches_icw_detect(request, tmp_path, capsys, tok_name, family
     params = {"pool_size": 3000} if family == "tsp" else {}
     key = ICWKey.create(family, 11, tok if family != "sa" else None, **params)
     texts = TEXTS[:2] + [green_text(key.green_letters) if family == "wip" else TEXTS[0] * 3]
-    det = pipeline("icw-detection", model=tok, key=key)
+    det = pipeline("icw-detection", model=tok, keys=key)
     got = det(texts)
     want = cli_detect(key, texts, tmp_path, capsys, tokenizer=tok_name if family != "sa" else None)
     assert len(got) == len(want) == len(texts)
@@ -76,30 +76,30 @@ def test_single_text_per_call_key_and_alpha(qwen3):
     k1, k2 = ICWKey.create("wip", 1, qwen3), ICWKey.create("wip", 2, qwen3)
     text = green_text(k1.green_letters, sentences=2)
     det = pipeline("icw-detection", model=qwen3)  # no key at construction: per call
-    one = det(text, key=k1)
-    assert isinstance(one, dict) and one == det([text], key=k1.to_string())[0]
-    mixed = det([text, text], key=[k1, k2])
+    one = det(text, keys=k1)
+    assert isinstance(one, dict) and one == det([text], keys=k1.to_string())[0]
+    mixed = det([text, text], keys=[k1, k2])
     assert mixed[0]["z_score"] == one["z_score"]
     assert mixed[1]["z_score"] == verify(text, k2, qwen3).z_score
     # alpha decides is_watermarked from the same p-value
     p = one["p_value"]
-    assert det(text, key=k1, alpha=min(0.999, p * 1.01))["is_watermarked"]
-    assert not det(text, key=k1, alpha=p * 0.99)["is_watermarked"]
+    assert det(text, keys=k1, alpha=min(0.999, p * 1.01))["is_watermarked"]
+    assert not det(text, keys=k1, alpha=p * 0.99)["is_watermarked"]
     # batching never changes a number
     texts = [text, TEXTS[0], TEXTS[1], text[:50], TEXTS[0][::-1]]
-    assert det(texts, key=k1, batch_size=2) == det(texts, key=k1)
-    assert "highlights" not in det(text, key=k1, highlights=False)
+    assert det(texts, keys=k1, batch_size=2) == det(texts, keys=k1)
+    assert "highlights" not in det(text, keys=k1, highlights=False)
     # generators stream lazily, in batches
-    stream = det((t for t in texts), key=k1, batch_size=2)
-    assert not isinstance(stream, list) and list(stream) == det(texts, key=k1)
+    stream = det((t for t in texts), keys=k1, batch_size=2)
+    assert not isinstance(stream, list) and list(stream) == det(texts, keys=k1)
     with pytest.raises(ValueError, match="one shared key"):
-        det(iter(texts), key=[k1, k2])
+        det(iter(texts), keys=[k1, k2])
 
 
 def test_spans_are_character_offsets(gpt2):
     key = ICWKey.create("sa", 5, secret="HELLO")
     text = "Here we go. Every day is new. Lots to do. Let us start. Over and out."
-    out = pipeline("icw-detection", model=gpt2, key=key)(text)
+    out = pipeline("icw-detection", model=gpt2, keys=key)(text)
     assert [text[h["start"]:h["end"]] for h in out["highlights"]] == list("HELLO")
     assert all(h["aligned"] for h in out["highlights"]) and out["num_aligned"] == 5
 
@@ -115,7 +115,7 @@ def test_model_folder_loads_tokenizer_only(tmp_path, qwen3):
     (tmp_path / "model.safetensors").write_bytes(b"\x00 these are not weights")
     (tmp_path / "pytorch_model.bin").write_bytes(b"not a checkpoint either")
     key = ICWKey.create("tsp", 4, qwen3, pool_size=2000)
-    det = pipeline("icw-detection", model=str(tmp_path), key=key)
+    det = pipeline("icw-detection", model=str(tmp_path), keys=key)
     assert isinstance(det.model, ICWTokenizerOnlyModel)
     assert det.model.config.architectures == ["Qwen3ForCausalLM"]
     assert not hasattr(det.model, "state_dict")
@@ -123,21 +123,21 @@ def test_model_folder_loads_tokenizer_only(tmp_path, qwen3):
     assert det(text)["z_score"] == verify(text, key, qwen3).z_score
     # save_pretrained keeps tokenizer and config, and the folder loads back the same way
     det.save_pretrained(tmp_path / "saved")
-    again = pipeline("icw-detection", model=str(tmp_path / "saved"), key=key)
+    again = pipeline("icw-detection", model=str(tmp_path / "saved"), keys=key)
     assert again(text) == det(text)
     assert not list((tmp_path / "saved").glob("*.safetensors"))
 
 
 def test_mismatched_key_is_rejected_clearly(qwen3, gpt2):
     key = ICWKey.create("wip", 3, qwen3)
-    det = pipeline("icw-detection", model=gpt2, key=key)
+    det = pipeline("icw-detection", model=gpt2, keys=key)
     with pytest.raises(KeyMismatchError, match=r"built for tokenizer 'qwen3'.*given is 'gpt2'"):
         det("Some text to check.")
 
 
 def test_bad_input_gives_clear_errors(gpt2):
     key = ICWKey.create("sa", 1)
-    det = pipeline("icw-detection", model=gpt2, key=key)
+    det = pipeline("icw-detection", model=gpt2, keys=key)
     with pytest.raises(ValueError, match="non-empty list"):
         det([])
     with pytest.raises(TypeError, match="not a str"):
@@ -147,9 +147,9 @@ def test_bad_input_gives_clear_errors(gpt2):
     with pytest.raises(ValueError, match="no key"):
         pipeline("icw-detection", model=gpt2)("text")
     with pytest.raises(ICWKeyError, match="unknown ICW family 'xyz'"):
-        det("text", key="icw:xyz:seed=1")
+        det("text", keys="icw:xyz:seed=1")
     with pytest.raises(ValueError, match="2 keys for 3 texts"):
-        det(["a", "b", "c"], key=[key, key])
+        det(["a", "b", "c"], keys=[key, key])
     with pytest.raises(TypeError, match="unknown icw-detection argument"):
         det("text", temperature=0.5)
     with pytest.raises(TypeError, match="needs a Hugging Face tokenizer"):
@@ -173,7 +173,7 @@ def test_registered_on_import_without_eager_transformers_import():
         "from transformers.pipelines import PIPELINE_REGISTRY\n"
         "assert 'icw-detection' in PIPELINE_REGISTRY.get_supported_tasks()\n"
         "from icw.models import load_tokenizer\n"
-        "det = pipeline('icw-detection', model=load_tokenizer('gpt2'), key='icw:sa:seed=1,secret=HI')\n"
+        "det = pipeline('icw-detection', model=load_tokenizer('gpt2'), keys='icw:sa:seed=1,secret=HI')\n"
         "print(det('Hello there. It works.')['num_aligned'])\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

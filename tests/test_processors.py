@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from transformers import LogitsProcessor
 
 from icw import ICWKey, sentence_initials, verify, vocabulary
 from icw.generation import chat_prompt, generate_responses
@@ -127,3 +128,106 @@ def test_num_return_sequences_keeps_each_prompts_key(smollm2, prompts):
     own = [verify(t, keys[i // 3], tok).z_score for i, t in enumerate(texts)]
     other = [verify(t, keys[1 - i // 3], tok).z_score for i, t in enumerate(texts)]
     assert min(own) > 2.0 and np.mean(own) > np.mean(other) + 2.5, (own, other)
+
+
+# ------------------------------------------------------------ decoding strategies (issue 12.3)
+class _Checker(LogitsProcessor):
+    """Runs after the three processors at every call: the SA rows must track the letters of the
+    decoded continuation of each row *at that call*, and TSP/WIP must have added exactly their
+    key's bias on each row (keys follow rows in consecutive blocks, whatever the strategy)."""
+
+    def __init__(self, tok, sa, static, prompt_length):
+        self.tok, self.sa, self.static, self.prompt_length = tok, sa, static, prompt_length
+        self.calls = self.rows_checked = 0
+
+    def __call__(self, input_ids, scores):
+        self.calls += 1
+        texts = self.tok.batch_decode(input_ids[:, self.prompt_length:], skip_special_tokens=True)
+        assert self.sa.tracked_letters == [sentence_initials(t) for t in texts], (self.calls, texts)
+        self.rows_checked += len(texts)
+        return scores
+
+
+class _Recorder(LogitsProcessor):
+    def __init__(self, proc):
+        self.proc, self.seen = proc, []
+
+    def __call__(self, input_ids, scores):
+        out = self.proc(input_ids, scores)
+        self.seen.append(out - scores)
+        return out
+
+
+STRATEGIES = {
+    "greedy": dict(do_sample=False),
+    "sampling": dict(do_sample=True, num_return_sequences=2),
+    "beam-3-of-3": dict(num_beams=3, num_return_sequences=3, do_sample=False),
+    "beam-1-of-3": dict(num_beams=3, do_sample=False),
+    "prompt-lookup": dict(prompt_lookup_num_tokens=3, do_sample=False),
+    "assisted": dict(do_sample=False),  # the assistant is SmolLM2 itself (transformers allows it offline)
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_family_under_every_decoding_strategy(strategy, smollm2, prompts):
+    model, tok = smollm2
+    tok.padding_side = "left"
+    kwargs = dict(STRATEGIES[strategy])
+    batch = prompts[:1] if strategy in ("prompt-lookup", "assisted") else prompts[:2]  # assisted: batch size 1
+    if strategy == "assisted":
+        kwargs["assistant_model"] = model
+    enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
+    prompt_length = enc["input_ids"].shape[1]
+    keys = {f: [ICWKey.create(f, seed=40 + i, tokenizer=None if f == "sa" else tok) for i in range(len(batch))]
+            for f in ("sa", "wip", "tsp")}
+    sa = SentenceAcrosticLogitsProcessor(keys["sa"], tok)
+    static = {f: _Recorder(logits_processor(keys[f], tok)) for f in ("wip", "tsp")}
+    checker = _Checker(tok, sa, static, prompt_length)
+    torch.manual_seed(0)
+    out = model.generate(**enc, logits_processor=[sa, *static.values(), checker], max_new_tokens=24,
+                         pad_token_id=tok.pad_token_id, **kwargs)
+    texts = tok.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
+    returned = len(batch) * kwargs.get("num_return_sequences", 1)
+    assert len(texts) == returned
+    assert sa.finish(out) == [sentence_initials(t) for t in texts]
+    assert sum(map(len, sa.tracked_letters)) >= returned  # something was tracked
+    assert checker.calls >= 24 and checker.rows_checked >= checker.calls * len(batch)
+    view = vocabulary(tok)
+    for family, rec in static.items():
+        masks = np.stack([green_mask(k, view) for k in keys[family]]).astype(np.float32) * rec.proc.delta
+        for added in rec.seen:
+            per_key = added.shape[0] // len(batch)
+            for row in range(added.shape[0]):
+                expected = torch.from_numpy(masks[row // per_key])  # (scores + bias) - scores: float rounding
+                torch.testing.assert_close(added[row, : view.size], expected, atol=1e-3, rtol=0, msg=(family, row))
+
+
+# --------------------------------------------------------------- special tokens (issue 12.4)
+def test_sa_processor_agrees_with_the_extractor_on_random_smollm2_tokens(smollm2):
+    """SmolLM2's added tokens 3-16 (``<filename>``, ...) are special: decoding drops them, so the
+    processor must read them as nothing (they were read as HTML tags)."""
+    _, tok = smollm2
+    view = vocabulary(tok)
+    special = sorted(tok.added_tokens_decoder)
+    assert all(view.surfaces[i] == "" for i in special) and len(special) == 17
+    rng = np.random.default_rng(12)
+    prompt = tok("Hello", add_special_tokens=False)["input_ids"]
+    sequences = []
+    for _ in range(2000):
+        length = int(rng.integers(1, 24))
+        ids = rng.integers(0, view.size, size=length)
+        mix = rng.random(length) < 0.25  # many special and markup-heavy tokens, where the bug was
+        ids[mix] = rng.choice(special + tok.convert_tokens_to_ids(["<", ">", ".", "Ċ", "Ġ<", "ĠThe"]), size=mix.sum())
+        sequences.append(ids.tolist())
+    disagree = 0
+    for start in range(0, len(sequences), 250):
+        chunk = sequences[start:start + 250]
+        width = max(map(len, chunk))
+        padded = torch.tensor([prompt + ids + [tok.eos_token_id] * (width - len(ids)) for ids in chunk])
+        proc = SentenceAcrosticLogitsProcessor(ICWKey.create("sa", seed=3), tok)
+        proc(padded[:, : len(prompt)], torch.zeros(len(chunk), view.size))
+        tracked = proc.finish(padded)
+        texts = [tok.decode(ids, skip_special_tokens=True) for ids in chunk]
+        disagree += sum(a != sentence_initials(t) for a, t in zip(tracked, texts, strict=True))
+    assert disagree == 0

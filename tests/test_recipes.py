@@ -3,29 +3,19 @@ anti-hacking gates, the GRPO reward rules and the `icw train` CLI wiring."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from icw import ICWKey
-from icw.train import grpo, sdlp, synthesis
+from icw.train import grpo, sdlp, sft, synthesis
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "recipes" / "configs").glob("*/*.yaml"))
 
 
-def _sft_module():
-    spec = importlib.util.spec_from_file_location("icw_recipe_sft", ROOT / "recipes" / "sft.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
 PARSERS = {"synthesize": synthesis.make_parser, "sdlp": sdlp.make_parser, "grpo": grpo.make_parser,
-           "sft": lambda: _sft_module().make_parser()}
+           "sft": sft.make_parser}
 
 
 def test_every_model_has_every_recipe():
@@ -67,7 +57,7 @@ def test_recipes_have_trl_script_shape_and_take_defaults_from_the_paper_table():
 
     tree = argparse.ArgumentParser(prog="x").add_subparsers(dest="command", parser_class=TrlParser)
     for name, make in PARSERS.items():
-        module = inspect.getmodule(make) if name != "sft" else _sft_module()
+        module = inspect.getmodule(make)
         assert list(inspect.signature(module.make_parser).parameters)[:2] == ["subparsers", "prog"]
         sub = module.make_parser(tree)
         assert isinstance(sub, TrlParser) and tree.choices[name] is sub
@@ -131,10 +121,10 @@ def test_reward_is_z_with_length_rule_and_gates(qwen3):
                  completion_ids=ids, key=keys)
     from icw.verification import verify
 
-    assert got[0] == pytest.approx(verify(clean, wip, qwen3).z_score)
-    assert got[1] == 0.0  # shorter than the minimum
-    assert got[2] == 0.0  # gated
-    assert got[3] == pytest.approx(verify(clean, SA, num_null_keys=1).z_score)
+    assert got[0] == pytest.approx(max(verify(clean, wip, qwen3).z_score, reward.z_floor))
+    assert got[1] == reward.rejected_reward < reward.z_floor  # shorter than the minimum: below any honest attempt
+    assert got[2] == reward.rejected_reward  # gated
+    assert got[3] == pytest.approx(max(verify(clean, SA, num_null_keys=1).z_score, reward.z_floor))
     with pytest.raises(ValueError, match="key"):
         reward(prompts=[""], completions=["x"], completion_ids=[[1]])
 
@@ -169,4 +159,5 @@ def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
     assert main(["train", "synthesize", "--output_dir", str(tmp_path), "--families", "sa"]) == 2
     assert "no training queries" in capsys.readouterr().err
     assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
+    assert main(["train", "sft", "--no_such_field", "1"]) == 2
 

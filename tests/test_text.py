@@ -1,6 +1,13 @@
-import pytest
+import re
+from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from icw.processors import SentenceMoves
 from icw.text import START, advance, sentence_initial_spans, sentence_initials
+from icw.vocab import vocabulary
 
 
 @pytest.mark.parametrize(
@@ -67,3 +74,95 @@ def test_streaming_equals_whole_text_for_raw_html_and_tilde_fences(text):
         end_state, second = advance(state, text[cut:], cut)
         assert first + second == whole
         assert end_state == whole_state
+
+
+# ------------------------------------------------ CommonMark paragraphs (issue 11.3)
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "sentences.md"
+
+
+def _conformance_rows() -> list[tuple[str, str, str]]:
+    """(case, text, initials) of every row of the conformance table in docs/sentences.md."""
+    lines = DOCS.read_text(encoding="utf-8").split("\n")
+    start = lines.index("| Case | Text | Initials | Choice |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        span = re.fullmatch(r"(`+)(.*?)\1", cells[1])  # a code span; one space each side is padding
+        body = span.group(2)
+        if body.startswith(" ") and body.endswith(" ") and body.strip():
+            body = body[1:-1]
+        rows.append((cells[0], body.replace("\\n", "\n"), cells[2]))
+    return rows
+
+
+CONFORMANCE = _conformance_rows()
+
+
+def test_conformance_table_is_complete():
+    cases = {case for case, _, _ in CONFORMANCE}
+    assert len(CONFORMANCE) >= 30
+    for needed in ("soft wrap", "digit opener", "symbol opener", "closers", "non-ASCII initial", "heading",
+                   "list items", "block quote", "table", "fenced code", "HTML line", "blank line"):
+        assert needed in cases
+
+
+@pytest.mark.parametrize(("case", "text", "expected"), CONFORMANCE, ids=[c for c, _, _ in CONFORMANCE])
+def test_conformance_table(case, text, expected, gpt2):
+    assert sentence_initials(text) == expected
+    # ... and the processor, token by token, agrees (processor == extractor on every row)
+    view = vocabulary(gpt2)
+    ids = gpt2(text, add_special_tokens=False)["input_ids"]
+    moves, state, letters = SentenceMoves(view), START, ""
+    for token in ids:
+        state, found = moves(state, token)
+        letters += found
+    assert letters == expected
+
+
+def test_soft_wraps_are_spaces():
+    """Re-wrapping a paragraph at any space changes nothing; a blank line anywhere adds a block."""
+    text = "The quick brown fox jumps over the lazy dog. Another sentence follows here and there."
+    spaces = [i for i, c in enumerate(text) if c == " "]
+    for i in spaces:
+        wrapped = text[:i] + "\n" + text[i + 1:]
+        assert sentence_initials(wrapped) == "TA", wrapped
+    assert sentence_initials(text.replace(" the lazy", "\n\nthe lazy")) == "TTA"
+
+
+# Fragments for the block structure: line starts of every kind, soft wraps and blank lines.
+BLOCK_FRAGMENTS = ["\n", "\n\n", "\n  ", "# ", "## ", "#", "####### ", "- ", "-", "* ", "*", "+ ", "1. ", "12) ",
+                   "3.5", "> ", ">", "| ", "|", "---", "===", "___", "```", "~~~", "`", "<div>", "<!-- ", " -->",
+                   "word", "Word", "x", ". ", "! ", ".", "**", "_", " ", "\t", "é", "\r\n", "2020"]
+blocky = st.lists(st.sampled_from(BLOCK_FRAGMENTS), max_size=50).map("".join)
+PROPERTY = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(blocky, st.lists(st.integers(min_value=0, max_value=400), max_size=10))
+def test_chunked_equals_whole_on_block_structure(text, cuts):
+    bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
+    state, found = START, []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        state, letters = advance(state, text[a:b], offset=a)
+        found += letters
+    whole_state, whole = advance(START, text)
+    assert found == whole and state == whole_state
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gpt2"])
+def test_processor_equals_extractor_on_block_structure(name, request):
+    tok = request.getfixturevalue(name)
+    moves = SentenceMoves(vocabulary(tok))
+
+    @settings(max_examples=80, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(blocky)
+    def check(text):
+        state, letters = START, ""
+        for token in tok(text, add_special_tokens=False)["input_ids"]:
+            state, found = moves(state, token)
+            letters += found
+        assert letters == sentence_initials(tok.decode(tok(text, add_special_tokens=False)["input_ids"]))
+
+    check()

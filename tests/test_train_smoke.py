@@ -72,7 +72,7 @@ def test_sdlp_recipe_trains_and_checkpoint_reloads(dcs, tiny_dir, tmp_path):
     out = tmp_path / "sdlp"
     results = tmp_path / "results.json"  # what `icw bench report` writes, reduced to the fields a card needs
     results.write_text(json.dumps({"model": "tiny-sdlp", "families": {"wip": {
-        "auc": 0.75, "auc_ci": [0.5, 0.9], "tpr_at_1fpr": 0.25, "num_positive": 4, "num_negative": 4}}}))
+        "roc_auc": 0.75, "roc_auc_ci": [0.5, 0.9], "tpr_at_fpr": 0.25, "num_positive": 4, "num_negative": 4}}}))
     _launch("sdlp.py", "--model_card_results", str(results), "--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--model_name_or_path",
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "2",
             "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "steps",
@@ -99,6 +99,21 @@ def test_grpo_recipe_runs_a_step_with_lora(dcs, tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_dir), out)
+
+
+def test_icw_train_sft_runs_a_step(dcs, tiny_dir, tmp_path):
+    """`icw train sft` (a real subprocess) trains the SFT baseline on D_H1 and saves a model that reloads."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "sft"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "-m", "icw.cli", "train", "sft", "--config",
+                           str(ROOT / "recipes/configs/smollm2-135m/sft.yaml"), "--model_name_or_path", str(tiny_dir),
+                           "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "1",
+                           "--per_device_train_batch_size", "2", "--max_length", "256", "--save_strategy", "no"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    AutoModelForCausalLM.from_pretrained(out)
 
 
 def _rows(tok):

@@ -8,7 +8,16 @@ import pytest
 
 from icw import ICWKey, ICWKeyError, KeyMismatchError, TextTooLongError, verify, vocabulary
 from icw.keys import SA_POOL
-from icw.verification import _codes, _secret_masks, lcs_lengths, wip_key_null_sf, z_statistic
+from icw.lcs import lcs_lengths, letter_codes, secret_masks
+from icw.verification import (
+    WIP_SCORE_STEP,
+    english_initial_frequencies,
+    wip_excess_test,
+    wip_key_null_sf,
+    wip_letter_counts,
+    wip_letter_scores,
+    z_statistic,
+)
 
 HUMAN = ("The committee met on Tuesday to discuss the budget. Members raised concerns about rising costs, "
          "and several proposals were tabled for further review. A final decision is expected next month. ") * 3
@@ -29,7 +38,7 @@ def test_bit_parallel_lcs_matches_dynamic_programming():
         k = rng.randint(1, 63)
         secret = "".join(rng.choice("ABCDE") for _ in range(k))
         text = "".join(rng.choice("ABCDEF") for _ in range(rng.randint(1, 90)))
-        got = lcs_lengths(_secret_masks(_codes(secret)[None, :]), _codes(text)[None, :], k)[0]
+        got = lcs_lengths(secret_masks(letter_codes(secret)[None, :]), letter_codes(text)[None, :], k)[0]
         assert got == python_lcs(secret, text)
 
 
@@ -64,7 +73,7 @@ def test_wip_exact_null_against_brute_force():
 
 @pytest.mark.parametrize("budget", [1 << 22, 1 << 12], ids=["one-chunk", "many-chunks"])
 def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
-    monkeypatch.setattr(sys.modules["icw.verification"], "_DP_BUDGET", budget)
+    monkeypatch.setattr(sys.modules["icw.wip"], "_DP_BUDGET", budget)
     rng = np.random.default_rng(2)
     counts = rng.integers(0, 9, size=(40, 26)) * rng.integers(1, 4, size=(40, 1))  # texts of unequal length
     counts[3] = 0  # a text with nothing scored
@@ -75,6 +84,47 @@ def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
         assert batched[b] == pytest.approx(wip_key_null_sf(counts[b], int(letters[b]), int(x[b])), abs=1e-12)
 
 
+def every_key_sum(scores: np.ndarray, k: int) -> np.ndarray:
+    """The summed scores of every k-letter key, all C(26, k) of them: each key is a subset of
+    A-M joined with a subset of N-Z, so two 8,192-row tables enumerate them all."""
+    half = np.array(list(itertools.product([0, 1], repeat=13)), dtype=np.int64)
+    size = half.sum(1)
+    a, b = half @ scores[:13], half @ scores[13:]
+    out = np.concatenate([np.add.outer(a[size == j], b[size == k - j]).ravel() for j in range(max(0, k - 13), min(k, 13) + 1)])
+    assert len(out) == math.comb(26, k)
+    return out
+
+
+def test_wip_excess_p_value_against_every_13_letter_key():
+    rng = np.random.default_rng(5)
+    for trial in range(4):  # small texts: 10 to 80 distinct word-initial tokens, skewed like English
+        counts = rng.multinomial(int(rng.integers(10, 80)), english_initial_frequencies())
+        green = np.zeros(26, dtype=bool)
+        green[rng.choice(26, 13, replace=False)] = True
+        if trial == 0:
+            green[:] = False
+            green[np.argsort(-counts)[:13]] = True  # the most extreme key: p = 1 / C(26, 13) up to ties
+        d, p = wip_excess_test(counts[None], green[None])
+        scores = wip_letter_scores(counts)
+        sums = every_key_sum(scores, 13)
+        observed = int(scores[green].sum())
+        assert d[0] == pytest.approx(observed * WIP_SCORE_STEP)
+        assert p[0] == pytest.approx((sums >= observed).mean(), abs=1e-12)
+
+
+def test_wip_excess_p_value_against_itertools_for_small_keys():
+    rng = np.random.default_rng(6)
+    for k in (1, 2, 3, 24):
+        counts = rng.integers(0, 7, size=26)
+        scores = wip_letter_scores(counts)
+        sums = np.array([scores[list(c)].sum() for c in itertools.combinations(range(26), k)])
+        for _ in range(5):
+            green = np.zeros(26, dtype=bool)
+            green[rng.choice(26, k, replace=False)] = True
+            assert wip_excess_test(counts[None], green[None])[1][0] == pytest.approx(
+                (sums >= scores[green].sum()).mean(), abs=1e-12)
+
+
 def test_wip_result_against_brute_force(qwen3):
     key = ICWKey.create("wip", seed=2, tokenizer=qwen3, num_letters=3)
     view = vocabulary(qwen3)
@@ -82,13 +132,26 @@ def test_wip_result_against_brute_force(qwen3):
     words = {i for i in qwen3(HUMAN, add_special_tokens=False)["input_ids"] if view.is_word[i]}
     letters = [int(view.word_letter[i]) for i in words]
     counts = np.bincount(letters, minlength=26)
+    assert (wip_letter_counts([HUMAN], qwen3)[0] == counts).all()
     green = [ord(c) - 65 for c in key.green_letters]
     x = int(counts[green].sum())
     assert (result.num_tokens_scored, result.num_aligned) == (len(words), x)
     p0 = float(view.letter_fractions[green].sum())
     assert result.p0 == pytest.approx(p0) and result.z_score == pytest.approx(z_statistic(x, len(words), p0))
-    sums = [counts[list(c)].sum() for c in itertools.combinations(range(26), 3)]
-    assert result.p_value == pytest.approx(np.mean(np.array(sums) >= x))
+    # the decision statistic: per-letter excess over English, rounded to the step, summed over the key
+    scores = np.rint((counts - len(words) * english_initial_frequencies()) / WIP_SCORE_STEP)
+    sums = np.array([scores[list(c)].sum() for c in itertools.combinations(range(26), 3)])
+    assert result.p_value == pytest.approx(np.mean(sums >= scores[green].sum()))
+    assert result.statistic.startswith("D = ") and "exact, over all 2,600 3-letter keys" in result.p_value_method
+
+
+def test_wip_default_key_p_value_against_every_key(qwen3):
+    key = ICWKey.create("wip", seed=9, tokenizer=qwen3)
+    text = " ".join(f"{c}{c.lower()}xyz" for c in key.green_letters) + " " + HUMAN
+    result = verify(text, key, qwen3)
+    scores = wip_letter_scores(wip_letter_counts([text], qwen3)[0])
+    green = np.array([c in key.green_letters for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"])
+    assert result.p_value == pytest.approx((every_key_sum(scores, 13) >= scores[green].sum()).mean(), abs=1e-12)
 
 
 def test_sa_statistics():

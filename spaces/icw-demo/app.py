@@ -49,7 +49,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
-from icw.generation import DEFAULT_SAMPLING, chat_prompt, user_message  # noqa: E402
+from icw.generation import DEFAULT_SAMPLING, chat_prompt, prompt_overflow, user_message  # noqa: E402
 from icw.keys import DEFAULT_DELTA, FAMILIES, FAMILY_NAMES, ICWKey, ICWKeyError, KeyMismatchError  # noqa: E402
 from icw.models import SMOLLM2_HUB_ID, MissingAssetError, load_model, load_tokenizer  # noqa: E402
 from icw.processors import logits_processor  # noqa: E402
@@ -511,11 +511,9 @@ def request_stop(request: gr.Request = None) -> None:
 
 
 def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: int) -> None:
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if not limit:
-        return
-    n = len(tok(key.prompt(query, tok), add_special_tokens=False)["input_ids"])
-    if n + max_new_tokens > limit:
+    overflow = prompt_overflow(model, tok, [key.prompt(query, tok)], max_new_tokens)
+    if overflow is not None:
+        n, limit = overflow
         hint = (" Lower the TSP candidate pool or gamma, or Max new tokens." if key.family == "tsp"
                 else " Shorten the query or lower Max new tokens.")
         raise UserInputError(f"The instructed prompt is {n:,} tokens; with {max_new_tokens} new tokens it exceeds "

@@ -7,18 +7,20 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .citation import PAPER_AUTHORS, PAPER_TITLE
+from .bench.dataset import ICWBENCH_ID
+from .citation import BIBTEX, PAPER_AUTHORS, PAPER_TITLE
+from .detection import upgrade_summary
+from .jsonl import read_json_object
 from .keys import FAMILY_NAMES, check_family
 
-#: The ICWBench dataset's usual Hub id (``icw bench push`` target); a card cites it only when the run used it.
-DEFAULT_DATASET_ID = "icw/ICWBench"
+#: The ICWBench dataset's Hub id (:data:`icw.bench.dataset.ICWBENCH_ID`); a card cites it only when the run used it.
+DEFAULT_DATASET_ID = ICWBENCH_ID
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -30,24 +32,57 @@ def model_card_template() -> Path:
     raise FileNotFoundError("the model card template is missing from icw/model_cards; reinstall icw")
 
 
-_METRICS_IN_CARD = (("auc", "roc_auc", "ROC-AUC"), ("tpr_at_1fpr", "tpr_at_1fpr", "TPR@1%FPR"),
+#: (results field, model-index metric type, label); the TPR label names the rate it was read at
+_METRICS_IN_CARD = (("roc_auc", "roc_auc", "ROC-AUC"), ("tpr_at_fpr", "tpr_at_fpr", "TPR@{rate}FPR"),
                     ("ppl", "perplexity", "Perplexity"))
 
 
+def _label(label: str, stats: dict[str, Any]) -> str:
+    return label.format(rate=f"{100 * float(stats.get('fpr') or 0.01):g}%")
+
+
 def _load_results(results: dict | str | Path) -> dict[str, Any]:
+    where = "results"
     if isinstance(results, (str, Path)):
-        path = Path(results)
-        try:
-            results = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not JSON ({err.msg}); pass the results.json of icw bench report") from None
+        where = str(results)
+        results = read_json_object(results, "pass the results.json of icw bench report")
     if not isinstance(results, dict) or not isinstance(results.get("families"), dict) or not results["families"]:
-        raise ValueError("results must be an object with a non-empty 'families' mapping (icw bench report output)")
-    for family in results["families"]:
+        raise ValueError(f"{where}: expected an object with a non-empty 'families' mapping (icw bench report output)")
+    for family, stats in results["families"].items():
         check_family(family)
-    if not results.get("model"):
-        raise ValueError("results need a 'model' field naming the evaluated model")
+        _check_stats(stats, f"{where}: families.{family}")
+    results = {**results, "families": {f: _upgrade(s) for f, s in results["families"].items()}}
+    if not results.get("model") or not isinstance(results["model"], str):
+        raise ValueError(f"{where}: needs a string 'model' field naming the evaluated model")
     return results
+
+
+def _check_stats(stats: Any, where: str) -> None:
+    """The fields the card reads, with their types: numbers (or null), intervals, judge scores, attacks."""
+    def number(value: Any, name: str) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{where}.{name} must be a number or null, got {value!r:.60}")
+
+    if not isinstance(stats, dict):
+        raise ValueError(f"{where} must be an object of statistics, got {type(stats).__name__}")
+    for name in ("roc_auc", "auc", "tpr_at_fpr", "tpr_at_1fpr", "fpr", "ppl", "num_positive", "num_negative"):
+        number(stats.get(name), name)
+    for name in ("roc_auc_ci", "auc_ci", "tpr_at_fpr_ci", "tpr_ci"):
+        ci = stats.get(name)
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2):
+            raise ValueError(f"{where}.{name} must be a [low, high] pair, got {ci!r:.60}")
+        for value in ci or ():
+            number(value, name)
+    for name in ("judge", "attacks"):
+        if stats.get(name) is not None and not isinstance(stats[name], dict):
+            raise ValueError(f"{where}.{name} must be an object, got {stats[name]!r:.60}")
+    for dim, score in (stats.get("judge") or {}).items():
+        number(score, f"judge.{dim}")
+    for attack, got in (stats.get("attacks") or {}).items():
+        if not isinstance(got, dict):
+            raise ValueError(f"{where}.attacks.{attack} must be an object, got {got!r:.60}")
+        for name in ("roc_auc", "auc"):
+            number(got.get(name), f"attacks.{attack}.{name}")
 
 
 def _number(value: Any) -> float | None:
@@ -136,7 +171,7 @@ def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> l
                 task_type="text-generation", task_name="In-context watermark instruction following",
                 dataset_type=str(dataset_id), dataset_name=f"ICWBench ({FAMILY_NAMES[family]})",
                 dataset_config=family, dataset_split="test", metric_type=metric_type,
-                metric_name=f"{family.upper()} {label}", metric_value=round(value, 4),
+                metric_name=f"{family.upper()} {_label(label, stats)}", metric_value=round(value, 4),
             ))
         for dim, score in (stats.get("judge") or {}).items():
             if score is not None:
@@ -151,6 +186,21 @@ def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> l
 
 def _fmt(value: Any, digits: int = 3) -> str:
     return "n/a" if value is None else f"{float(value):.{digits}f}"
+
+
+def _interval(values: Any) -> str:
+    return "[" + ", ".join(_fmt(v) for v in values) + "]" if values else ""
+
+
+def _upgrade(stats: Any) -> Any:
+    """Old ``results.json`` field names (``auc``, ``tpr_at_1fpr``, ...) read as the current ones."""
+    if not isinstance(stats, dict):
+        return stats
+    stats = upgrade_summary(stats, "results.json families")
+    if isinstance(stats.get("attacks"), dict):
+        stats["attacks"] = {k: upgrade_summary(a, "results.json attacks") if isinstance(a, dict) else a
+                            for k, a in stats["attacks"].items()}
+    return stats
 
 
 def model_card(results: dict | str | Path, base_model: str | None = None, adapter: bool | str | None = None,
@@ -187,17 +237,17 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
         rows.append({
             "family": family.upper(), "name": FAMILY_NAMES[family],
             "num": f"{stats.get('num_positive', 'n/a')}/{stats.get('num_negative', 'n/a')}",
-            "auc": _fmt(stats.get("auc")), "auc_ci": "[" + ", ".join(_fmt(v) for v in stats["auc_ci"]) + "]"
-            if stats.get("auc_ci") else "", "tpr": _fmt(stats.get("tpr_at_1fpr")),
-            "tpr_ci": "[" + ", ".join(_fmt(v) for v in stats["tpr_ci"]) + "]" if stats.get("tpr_ci") else "",
+            "roc_auc": _fmt(stats.get("roc_auc")), "roc_auc_ci": _interval(stats.get("roc_auc_ci")),
+            "tpr_at_fpr": _fmt(stats.get("tpr_at_fpr")), "tpr_at_fpr_ci": _interval(stats.get("tpr_at_fpr_ci")),
+            "tpr_label": _label("TPR@{rate}FPR", stats),
             "ppl": _fmt(stats.get("ppl"), 2), "judge": _fmt(judge_mean, 2),
-            "attacks": ", ".join(f"{name}: AUC {_fmt(a.get('auc'))}" for name, a in (stats.get("attacks") or {}).items()),
+            "attacks": ", ".join(f"{name}: AUC {_fmt(a.get('roc_auc'))}" for name, a in (stats.get("attacks") or {}).items()),
         })
     return ModelCard.from_template(
         card_data, template_path=str(model_card_template()), model_id=model_id, base_model=base_model,
         adapter=str(adapter) if adapter else None, dataset_id=dataset_id, rows=rows, what=what,
         mode=what["mode"], max_new_tokens=results.get("max_new_tokens"),
-        paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS,
+        paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
 
 
@@ -215,7 +265,7 @@ def eval_results_files(results: dict | str | Path, dataset_id: str | None = None
             if value is None:
                 continue
             entry = {"dataset": {"id": str(dataset_id), "task_id": family}, "value": round(value, 4), "date": today,
-                     "notes": f"{FAMILY_NAMES[family]} {label}, {results.get('mode', 'instruction')} mode"}
+                     "notes": f"{FAMILY_NAMES[family]} {_label(label, stats)}, {results.get('mode', 'instruction')} mode"}
             if source_url:
                 entry["source"] = {"url": source_url, "name": "ICWBench report"}
             entries.append(entry)

@@ -8,14 +8,15 @@ printed as one ``icw: error: ...`` line with exit status 2, never as a traceback
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .corpus import add_arguments as add_corpus_arguments
+from .jsonl import iter_jsonl
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
 from .verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
@@ -32,11 +33,38 @@ def _key_new(args: argparse.Namespace) -> None:
         params["gamma"] = args.gamma
     if args.pool_size is not None:
         params["pool_size"] = args.pool_size
+    if args.num_letters is not None:
+        params["num_letters"] = args.num_letters
     if args.length is not None:
-        params["num_letters" if args.family == "wip" else "length"] = args.length
+        if args.family == "wip" and args.num_letters is None:  # the old spelling, kept for one release
+            print("icw: warning: --length for a WIP key is deprecated; use --num-letters", file=sys.stderr)
+            params["num_letters"] = args.length
+        else:
+            params["length"] = args.length
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
-    key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
+    if args.max_fpr is not None:
+        from .calibration import screen_key
+
+        key, cal, rejected = screen_key(args.family, args.seed, tokenizer if args.family != "sa" else None,
+                                        max_fpr=args.max_fpr, alpha=args.alpha,
+                                        corpus=args.corpus, **params)
+        for r in rejected:
+            print(f"icw: note: seed {ICWKey.from_string(r.key).seed} rejected: empirical FPR {r.fpr:.2%} at alpha "
+                  f"{r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}", file=sys.stderr)
+        print(f"icw: note: seed {key.seed}: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, {cal.ci[1]:.2%}] at alpha "
+              f"{cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
+    else:
+        key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
+
+
+def _key_calibrate(args: argparse.Namespace) -> None:
+    from .calibration import calibrate_keys
+
+    key = ICWKey.from_string(args.key)
+    tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
+    cal = calibrate_keys(key, args.corpus, tokenizer, alpha=args.alpha, confidence=args.confidence)[0]
+    print(json.dumps(cal.to_dict()))
 
 
 def _positive_int(value: str) -> int:
@@ -49,45 +77,96 @@ def _positive_int(value: str) -> int:
     return number
 
 
-def _read_file(source: str) -> bytes:
+@contextlib.contextmanager
+def _open_input(source: str) -> Iterator[BinaryIO]:
+    """A binary stream of a text file or standard input, with one-line errors for bad paths."""
+    if source == "-":
+        yield sys.stdin.buffer
+        return
     try:
-        return Path(source).read_bytes()
+        fh = open(source, "rb")  # noqa: SIM115 (closed below; the errors need the open call alone)
     except FileNotFoundError:
         raise ValueError(f"{source}: no such file (pass text files, or - for standard input)") from None
     except IsADirectoryError:
         raise ValueError(f"{source} is a directory: pass the text files in it (e.g. {source}/*.txt)") from None
     except OSError as err:
         raise ValueError(f"cannot read {source}: {err.strerror or err}") from None
+    with fh:
+        yield fh
+
+
+def _too_long(name: str, max_chars: int) -> ValueError:
+    return ValueError(f"{name} has more than {max_chars:,} characters (--max-chars). Split it into passages "
+                      "(e.g. one per JSON Lines record with --jsonl), or raise --max-chars.")
 
 
 def _read_texts(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
-    sources = args.files or ["-"]
-    for source in sources:
-        raw = sys.stdin.buffer.read() if source == "-" else _read_file(source)
-        try:
-            content = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{'standard input' if source == '-' else source} is not UTF-8 text") from None
-        if not args.jsonl:
-            yield source, content
-            continue
-        for number, line in enumerate(content.splitlines(), 1):
-            if not line.strip():
-                continue
+    """``(source, text)`` pairs, read with a bound: never more than about ``--max-chars`` per text is
+    held, so an endless input (``/dev/zero``) ends in an error, not in exhausted memory."""
+    for source in args.files or ["-"]:
+        name = "standard input" if source == "-" else source
+        with _open_input(source) as fh:
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{source}:{number}: not JSON ({err.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                raise ValueError(f"{source}:{number}: expected an object with a string 'text' field")
-            yield f"{source}:{number}", row["text"]
+                if not args.jsonl:
+                    # UTF-8 takes at most 4 bytes per character; below 1 MiB, read it all for an exact count
+                    bound = max(4 * args.max_chars, 1 << 20)
+                    raw = fh.read(bound + 1)
+                    if len(raw) > bound:
+                        raise _too_long(name, args.max_chars)
+                    try:
+                        yield source, raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise ValueError(f"{name} is not UTF-8 text") from None
+                    continue
+                # a JSON string escapes a character in at most 12 bytes (a surrogate pair); room for other fields
+                bound = 12 * args.max_chars + 65536
+                for number, row in iter_jsonl(fh, name=name, max_line_bytes=bound, on_torn=_note_torn):
+                    if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                        raise ValueError(f"{name}:{number}: expected an object with a string 'text' field")
+                    yield f"{source}:{number}", row["text"]
+            except OSError as err:  # e.g. reading a directory given as standard input
+                raise ValueError(f"cannot read {name}: {err.strerror or err}") from None
+
+
+def _note_torn(name: str, number: int) -> None:
+    print(f"icw: note: {name}:{number}: skipped an incomplete last line (no newline, not valid JSON)",
+          file=sys.stderr)
+
+
+def _read_keys(path: str) -> list[ICWKey]:
+    """One serialized key per line (blank lines and ``#`` comments skipped)."""
+    limit = 64 << 20  # a key is a short line: a larger file is a mistake (or /dev/zero)
+    with _open_input(path) as fh:
+        raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(f"{path} is larger than {limit >> 20} MiB: pass a file of serialized keys, one per line")
+    try:
+        lines = raw.decode("utf-8").split("\n")  # "\n" only, like every icw line reader
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    keys = []
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            try:
+                keys.append(ICWKey.from_string(line))
+            except ICWKeyError as err:
+                raise ICWKeyError(f"{path}:{number}: {err}") from None
+    if not keys:
+        raise ValueError(f"{path} has no keys: write one serialized key (icw:...) per line")
+    return keys
 
 
 def _detect(args: argparse.Namespace) -> None:
+    if (args.key is None) == (args.keys is None):
+        raise ValueError("pass either --key KEY or --keys FILE (one key per line)")
     if args.dataset:  # corpus scale: datasets.map over a column, results as parquet
+        if args.keys is not None:
+            raise ValueError("--dataset verifies every text under one --key; --keys is for text files")
         from .corpus import run_from_args
 
         return run_from_args(args)
+    if args.keys is not None:
+        return _detect_many(args)
     key = ICWKey.from_string(args.key)
     tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
     items = list(_read_texts(args))
@@ -107,6 +186,21 @@ def _detect(args: argparse.Namespace) -> None:
         if result.note:
             print(f"icw: note: {source}: {result.note}", file=sys.stderr)
         print(json.dumps(row))
+
+
+def _detect_many(args: argparse.Namespace) -> None:
+    from .multikey import verify_keys
+
+    if args.highlights:
+        raise ValueError("--highlights needs a single --key: rerun with the key that fired")
+    keys = _read_keys(args.keys)
+    tokenizer = load_tokenizer(args.tokenizer or keys[0].tokenizer) if keys[0].family != "sa" else None
+    items = list(_read_texts(args))
+    if not items:
+        raise ValueError("no texts given: pass files, or JSON Lines with --jsonl, or text on standard input")
+    results = verify_keys([t for _, t in items], keys, tokenizer, alpha=args.alpha, max_chars=args.max_chars)
+    for (source, _), result in zip(items, results, strict=True):
+        print(json.dumps({"source": source, **result.to_dict(all_keys=args.all_keys)}))
 
 
 def _vocab(args: argparse.Namespace) -> None:
@@ -134,12 +228,31 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--tokenizer", default="qwen3", help="qwen3, gpt2, smollm2 (embedded), a folder or a Hub id")
     new.add_argument("--gamma", type=float, help="TSP green fraction (default 0.2)")
     new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens")
-    new.add_argument("--length", type=int, help="SA secret length (default 18) or WIP letter count (default 13)")
+    new.add_argument("--num-letters", type=int, help="WIP green-letter count (default 13)")
+    new.add_argument("--length", type=int, help="SA secret length (default 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
+    new.add_argument("--max-fpr", type=float, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
+                     "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
+    new.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level for --max-fpr (default 0.01)")
+    new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "
+                     "passages separated by blank lines (default: the bundled human English)")
     new.set_defaults(func=_key_new)
 
-    det = sub.add_parser("detect", help="verify texts against a key; one JSON object per text")
-    det.add_argument("--key", required=True, help="a serialized key (icw:...) or its JSON")
+    cal = key.add_parser("calibrate", help="a key's empirical false-positive rate on human text, with a binomial interval")
+    cal.add_argument("key", help="a serialized key (icw:...) or its JSON")
+    cal.add_argument("--corpus", help="JSON Lines with a 'text' field, or plain text with passages separated by blank "
+                     "lines (default: 4,197 bundled passages of human English)")
+    cal.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
+    cal.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson interval level (default 0.95)")
+    cal.add_argument("--tokenizer", help="override the key's tokenizer name")
+    cal.set_defaults(func=_key_calibrate)
+
+    det = sub.add_parser("detect", help="verify texts against a key (or many); one JSON object per text")
+    det.add_argument("--key", help="a serialized key (icw:...) or its JSON")
+    det.add_argument("--keys", metavar="FILE", help="a file of keys of one family, one per line: report which keys "
+                     "fire, with Holm's family-wise error control at --alpha")
+    det.add_argument("--all-keys", action="store_true", help="with --keys: print every key's z and p, not only those "
+                     "that fire")
     det.add_argument("--jsonl", action="store_true", help="inputs are JSON Lines with a 'text' field")
     det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
     det.add_argument("--tokenizer", help="override the key's tokenizer name")

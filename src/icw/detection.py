@@ -8,7 +8,9 @@ watermarked (positive) and 0 for plain (negative) texts.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
@@ -21,12 +23,57 @@ def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float = 0.01) -> flo
     return float(tprs[fprs <= fpr + 1e-12].max())
 
 
+#: Names used before the one vocabulary (``roc_auc``, ``roc_auc_ci``, ``tpr_at_fpr``, ``tpr_at_fpr_ci``):
+#: accepted with a DeprecationWarning when reading old ``results.json`` files, for one release.
+RENAMED_FIELDS = {"auc": "roc_auc", "auc_ci": "roc_auc_ci", "tpr_at_1fpr": "tpr_at_fpr", "tpr_ci": "tpr_at_fpr_ci"}
+
+
+def upgrade_summary(summary: dict[str, Any], where: str = "results") -> dict[str, Any]:
+    """A copy of a detection summary with old field names (``auc``, ``tpr_at_1fpr``, ...) renamed.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     upgrade_summary({"auc": 0.9, "tpr_at_1fpr": 0.5})
+        {'roc_auc': 0.9, 'tpr_at_fpr': 0.5}
+    """
+    old = [k for k in summary if k in RENAMED_FIELDS and RENAMED_FIELDS[k] not in summary]
+    if not old:
+        return summary
+    warnings.warn(f"{where} use the old field names {old}; read as "
+                  f"{[RENAMED_FIELDS[k] for k in old]} (write them with the current icw bench report)",
+                  DeprecationWarning, stacklevel=3)
+    return {RENAMED_FIELDS.get(k, k) if k in old else k: v for k, v in summary.items()}
+
+
+def _deprecated_alias(old: str, new: str) -> property:
+    def get(self: Any) -> Any:
+        warnings.warn(f"DetectionReport.{old} is deprecated: use .{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(get, doc=f"Deprecated alias of :attr:`{new}` (one release).")
+
+
 @dataclass
 class DetectionReport:
-    auc: float
-    auc_ci: tuple[float, float]
-    tpr: float
-    tpr_ci: tuple[float, float]
+    """Detection quality of a score: ROC-AUC and TPR at a fixed FPR with bootstrap intervals.
+
+    Args:
+        roc_auc (`float`): area under the ROC curve (positives vs negatives).
+        roc_auc_ci (`tuple[float, float]`): its percentile bootstrap interval.
+        tpr_at_fpr (`float`): the largest TPR whose empirical FPR is at most ``fpr``.
+        tpr_at_fpr_ci (`tuple[float, float]`): its percentile bootstrap interval.
+        fpr (`float`): the false-positive rate ``tpr_at_fpr`` is read at.
+        num_positive (`int`), num_negative (`int`): class sizes.
+        confidence (`float`): the intervals' confidence level.
+        num_bootstrap (`int`): bootstrap replicates.
+    """
+
+    roc_auc: float
+    roc_auc_ci: tuple[float, float]
+    tpr_at_fpr: float
+    tpr_at_fpr_ci: tuple[float, float]
     fpr: float
     num_positive: int
     num_negative: int
@@ -35,6 +82,11 @@ class DetectionReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    auc = _deprecated_alias("auc", "roc_auc")
+    auc_ci = _deprecated_alias("auc_ci", "roc_auc_ci")
+    tpr = _deprecated_alias("tpr", "tpr_at_fpr")
+    tpr_ci = _deprecated_alias("tpr_ci", "tpr_at_fpr_ci")
 
 
 def detection_report(positive_scores, negative_scores, fpr: float = 0.01, confidence: float = 0.95,
@@ -47,6 +99,8 @@ def detection_report(positive_scores, negative_scores, fpr: float = 0.01, confid
         raise ValueError(f"need at least one positive and one negative score, got {len(pos)} and {len(neg)}")
     if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
         raise ValueError("scores must be finite numbers")
+    if isinstance(num_bootstrap, bool) or not isinstance(num_bootstrap, (int, np.integer)) or num_bootstrap < 1:
+        raise ValueError(f"num_bootstrap must be a whole number >= 1 (e.g. 1000), got {num_bootstrap!r}")
     if not 0.0 < fpr < 1.0 or not 0.0 < confidence < 1.0:
         raise ValueError("fpr and confidence must lie strictly between 0 and 1")
 

@@ -22,8 +22,8 @@ import datasets
 import evaluate
 import numpy as np
 
-from .citation import PAPER_AUTHORS, PAPER_TITLE
-from .keys import as_keys, check_family
+from .citation import BIBTEX
+from .keys import FAMILY_NAMES, as_keys, check_family
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
 
 METRICS = ("icw_tsp", "icw_wip", "icw_sa", "icw_detection")
@@ -43,14 +43,6 @@ def metric_path(name: str) -> str:
     if (folder / f"{name}.py").is_file():
         return str(folder)
     raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
-
-
-def _load_tokenizer(tokenizer: Any) -> Any:
-    if isinstance(tokenizer, str):
-        from .models import load_tokenizer
-
-        return load_tokenizer(tokenizer)
-    return tokenizer
 
 
 def verification_scores(family: str, predictions: Sequence[str], keys: Any, tokenizer: Any = None,
@@ -81,7 +73,7 @@ def verification_scores(family: str, predictions: Sequence[str], keys: Any, toke
         if key.family != family:
             raise ValueError(f"key {i} is a {key.family} key but this is the icw_{family} metric: "
                              f"use the icw_{key.family} metric for it")
-    results = verify(predictions, key_list, _load_tokenizer(tokenizer), alpha=alpha)
+    results = verify(predictions, key_list, tokenizer, alpha=alpha)
     z = np.array([r.z_score for r in results], dtype=np.float64)
     flagged = [r.is_watermarked for r in results]
     return {
@@ -114,10 +106,10 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
     report = detection_report(scores[labels == 1], scores[labels == 0], fpr=fpr, confidence=confidence,
                               num_bootstrap=num_bootstrap, seed=seed)
     return {
-        "roc_auc": report.auc,
-        "roc_auc_ci": list(report.auc_ci),
-        "tpr_at_fpr": report.tpr,
-        "tpr_at_fpr_ci": list(report.tpr_ci),
+        "roc_auc": report.roc_auc,
+        "roc_auc_ci": list(report.roc_auc_ci),
+        "tpr_at_fpr": report.tpr_at_fpr,
+        "tpr_at_fpr_ci": list(report.tpr_at_fpr_ci),
         "fpr": report.fpr,
         "confidence": report.confidence,
         "num_positive": report.num_positive,
@@ -125,15 +117,42 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
     }
 
 
-CITATION = f"""\
-@article{{liu2026icwsd,
-  title={{{PAPER_TITLE}}},
-  author={{{" and ".join(PAPER_AUTHORS.split(", "))}}},
-  year={{2026}}
-}}
-"""
+# evaluate casts inputs to the metric's Features in add_batch/add, before _compute sees them: a bare
+# string becomes a list of characters and 1.9 becomes the int32 label 1. Check the raw inputs first.
+def check_texts(predictions: Any) -> None:
+    """Refuse what ``evaluate`` would silently reshape into texts (a bare string, non-strings)."""
+    if isinstance(predictions, (str, bytes)):
+        raise TypeError(f"predictions must be a list of texts, got one {type(predictions).__name__} "
+                        f"({len(predictions)} characters), which evaluate would verify character by character: "
+                        "pass predictions=[text]")
+    for i, text in enumerate(_as_list(predictions, "predictions")):
+        if not isinstance(text, str):
+            raise TypeError(f"prediction {i} is a {type(text).__name__}, not a str")
 
-_FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference", "sa": "Sentence Acrostic"}
+
+def check_scores_and_labels(predictions: Any, references: Any) -> None:
+    """Refuse detector scores that are not finite numbers and labels other than exactly 0 or 1
+    (``evaluate`` would truncate a label of 1.9 to 1 and a score string would be parsed)."""
+    scores, labels = _as_list(predictions, "predictions"), _as_list(references, "references")
+    if len(scores) != len(labels):
+        raise ValueError(f"got {len(scores)} predictions but {len(labels)} references: pass one label per score")
+    for i, score in enumerate(scores):
+        if isinstance(score, (bool, np.bool_)) or not isinstance(score, (int, float, np.number)) \
+                or not np.isfinite(score):
+            raise ValueError(f"prediction {i} must be a finite number (a detector score such as z), got {score!r:.40}")
+    for i, label in enumerate(labels):
+        if isinstance(label, (str, bytes)) or not isinstance(label, (int, float, np.number)) or label not in (0, 1):
+            raise ValueError(f"reference {i} must be 0 (plain text) or 1 (watermarked text), got {label!r:.40}")
+
+
+def _as_list(values: Any, name: str) -> list[Any]:
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list, got {type(values).__name__}")
+    return list(values.tolist() if hasattr(values, "tolist") else values)
+
+
+CITATION = BIBTEX + "\n"
+
 _P_VALUES = {
     "tsp": "exact, hypergeometric",
     "wip": "exact, over all random keys with the same number of letters",
@@ -173,7 +192,7 @@ Returns:
 
 
 def _verification_description(family: str) -> str:
-    return (f"{_FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
+    return (f"{FAMILY_NAMES[family]} ({family.upper()}) in-context watermark verification. "
             f"Statistic: {STATISTICS[family]}. Null hypothesis: {NULL_HYPOTHESES[family]}. "
             f"p-value: {_P_VALUES[family]}. Returns per-text z-scores (the paper's statistic) and "
             "p-values, and summary figures.\n")
@@ -194,6 +213,16 @@ class VerificationMetric(evaluate.Metric):
             reference_urls=["https://huggingface.co/datasets/vblagoje/lfqa"],
         )
 
+    def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
+        """Add texts (checked before evaluate casts them). evaluate appends the inputs description here."""
+        check_texts(predictions)
+        super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
+        """Add one text (checked before evaluate casts it)."""
+        check_texts([prediction])
+        super().add(prediction=prediction, reference=reference, **kwargs)
+
     def _compute(self, predictions: list[str], keys: Any = None, tokenizer: Any = None,
                  alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
         return verification_scores(self.family, predictions, keys, tokenizer=tokenizer, alpha=alpha)
@@ -212,6 +241,16 @@ class DetectionMetric(evaluate.Metric):
                                         "references": datasets.Value("int32")}),
             reference_urls=["https://scikit-learn.org/stable/modules/generated/sklearn.metrics.roc_auc_score.html"],
         )
+
+    def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
+        """Add scores and 0/1 labels (checked before evaluate casts them). evaluate appends the inputs description here."""
+        check_scores_and_labels(predictions, references)
+        super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
+        """Add one score and its 0/1 label (checked before evaluate casts them)."""
+        check_scores_and_labels([prediction], [reference])
+        super().add(prediction=prediction, reference=reference, **kwargs)
 
     def _compute(self, predictions: list[float], references: list[int], fpr: float = 0.01,
                  confidence: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:

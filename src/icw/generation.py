@@ -39,6 +39,44 @@ def chat_prompt(tokenizer: Any, content: str, system: str | None = None) -> str:
     return content + "\n"
 
 
+def context_limit(model: Any) -> int | None:
+    """The model's context window in tokens (``config.max_position_embeddings``), None when unknown."""
+    return getattr(getattr(model, "config", None), "max_position_embeddings", None) or None
+
+
+def prompt_overflow(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 0
+                    ) -> tuple[int, int] | None:
+    """``(tokens, limit)`` when the longest prompt plus ``max_new_tokens`` exceeds the model's context.
+
+    A model reading past its context answers garbage (a TSP instruction that lists all of ``V_en``
+    runs to ~9k-18k tokens), so callers warn (ICWBench) or refuse (the Space). The longest prompt
+    by characters is the one tokenized.
+
+    Args:
+        model (`PreTrainedModel` or `None`): the local model; ``None`` (a remote backend) never overflows.
+        tokenizer (`PreTrainedTokenizerBase`): its tokenizer.
+        prompts (`Sequence[str]`): the prompts about to be sent.
+        max_new_tokens (`int`, defaults to 0): room to keep for the answer.
+
+    Returns:
+        `tuple[int, int] | None`: the longest prompt's length and the context limit, or ``None`` when it fits.
+
+    Example:
+        >>> from icw.models import load_tokenizer
+        >>> from icw.testing import tiny_random_model
+        >>> model, tok = tiny_random_model(), load_tokenizer("qwen3")
+        >>> prompt_overflow(model, tok, ["Why is the sky blue?"], max_new_tokens=100) is None
+        True
+        >>> prompt_overflow(model, tok, ["Why is the sky blue?", "Why" + " not" * 5000])
+        (5001, 4096)
+    """
+    limit = context_limit(model)
+    if not prompts or tokenizer is None or not limit:
+        return None
+    length = len(tokenizer(max(prompts, key=len), add_special_tokens=False)["input_ids"])
+    return (length, limit) if length + max_new_tokens > limit else None
+
+
 @torch.inference_mode()
 def generate_responses(
     model: Any,
@@ -54,8 +92,9 @@ def generate_responses(
     seed: int | None = 0,
     generation_kwargs: dict[str, Any] | None = None,
     progress: bool | str = False,
-    on_batch: Callable[[list[int], list[str]], None] | None = None,
-) -> list[str]:
+    on_batch: Callable[..., None] | None = None,
+    return_token_ids: bool = False,
+) -> list[str] | tuple[list[str], list[list[int]]]:
     """Generate one answer per query.
 
     Args:
@@ -68,10 +107,13 @@ def generate_responses(
         generation_kwargs: passed to ``generate``, on top of :data:`DEFAULT_SAMPLING`.
         progress: show a progress bar (a string sets its description).
         on_batch: called with (query indices, answers) after each batch, so callers can save
-            finished work as it comes.
+            finished work as it comes (with ``return_token_ids``: (indices, answers, token ids)).
+        return_token_ids: also return the sampled token ids of each answer (up to, not including,
+            the first EOS), e.g. so training sees exactly what was sampled.
 
     Returns:
-        The decoded answers (special tokens removed), in query order.
+        The decoded answers (special tokens removed), in query order; with ``return_token_ids``,
+        ``(answers, token_ids)``.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -92,6 +134,7 @@ def generate_responses(
     if mode == "bias":
         batches = [b for chunk in batches for b in _split_by_family(chunk, key_list)]
     answers: list[str] = [""] * len(queries)
+    token_ids: list[list[int]] = [[] for _ in queries]
     bar = tqdm(total=len(queries), desc=progress if isinstance(progress, str) else mode, disable=not progress)
     for batch in batches:
         prompts = [chat_prompt(tokenizer, user_message(queries[i], key_list[i], mode, tokenizer, template)) for i in batch]
@@ -101,14 +144,17 @@ def generate_responses(
             torch.manual_seed(seed + batch[0])
         out = model.generate(**enc, logits_processor=processors, max_new_tokens=max_new_tokens,
                              pad_token_id=tokenizer.pad_token_id, **kwargs)
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        for i, text in zip(batch, texts, strict=True):
+        generated = out[:, enc["input_ids"].shape[1] :]
+        texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
+        for i, text, seq in zip(batch, texts, generated.tolist(), strict=True):
             answers[i] = text.strip()
+            token_ids[i] = seq[: seq.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in seq else seq
         if on_batch is not None:
-            on_batch(batch, [answers[i] for i in batch])
+            extra = ([token_ids[i] for i in batch],) if return_token_ids else ()
+            on_batch(batch, [answers[i] for i in batch], *extra)
         bar.update(len(batch))
     bar.close()
-    return answers
+    return (answers, token_ids) if return_token_ids else answers
 
 
 def _split_by_family(batch: list[int], keys: list[ICWKey]) -> list[list[int]]:

@@ -20,6 +20,8 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from .templates import MATERIAL_FIELD as _MATERIAL_FIELD
+from .templates import TEMPLATES
 from .vocab import ALPHABET, VocabularyView, vocabulary
 
 FAMILIES = ("tsp", "wip", "sa")
@@ -28,46 +30,13 @@ FAMILY_NAMES = {"tsp": "Token-Set Preference", "wip": "Word-Initial Preference",
 SA_POOL = "ABCDEFGHILMNOPRSTUWY"
 #: Logit-bias strengths used for cold-start synthesis (paper Appendix A; SA from training).
 DEFAULT_DELTA = {"tsp": 3.0, "wip": 3.0, "sa": 8.0}
+#: Key seeds are per query; evaluation (ICWBench test rows) draws from ``[TEST_SEED_START, TRAIN_SEED_START)``
+#: and training (ICWBench train rows, cold-start synthesis) from ``TRAIN_SEED_START`` up, so the pools are disjoint.
+TEST_SEED_START = 0
+TRAIN_SEED_START = 1_000_000
 _FAMILY_CODE = {"tsp": 1, "wip": 2, "sa": 3}
 _PREFIX = "icw"
 
-TEMPLATES = {
-    "tsp": (
-        "<green>\n{green_tokens}\n</green>\n\n"
-        "Respond to the user query. Seamlessly incorporate as many tokens\n"
-        "from <green> as possible without compromising text quality."
-    ),
-    "wip": (
-        "<green>\n{green_letters}\n</green>\n\n<red>\n{red_letters}\n</red>\n\n"
-        "Given the <green> and <red> letter lists, respond to the user query\n"
-        "with clarity, accuracy, informativeness, and relevance. Favor words\n"
-        "beginning with letters from <green> and minimize those beginning with\n"
-        "letters from <red>. Never reveal the <green> and <red> letter lists\n"
-        "in your reply."
-    ),
-    "sa": (
-        "You will receive a SECRET STRING and a user query. Answer the query\n"
-        "naturally and helpfully. While doing so, structure the answer so the\n"
-        "first letters of your sentences can spell out the secret string in\n"
-        "order. Treat the acrostic as a soft guide that you follow whenever it\n"
-        "does not hurt the response.\n\n"
-        "Rules:\n"
-        "1. Track the next unmatched letter in the secret string as the target\n"
-        "   letter. It starts at the first letter and only advances when a\n"
-        "   sentence successfully starts with it.\n"
-        "2. Prefer to start each new sentence with the target letter. If\n"
-        "   starting with the target letter would clearly hurt the response\n"
-        "   quality, write a non-matching sentence instead. After three\n"
-        "   consecutive misses, drop that letter and advance to the next.\n"
-        "3. Once the secret string is fully consumed, continue answering\n"
-        "   naturally with no further letter constraints.\n"
-        "4. Write in plain narrative prose. Do not visually highlight first\n"
-        "   letters in any way.\n\n"
-        "SECRET STRING: {secret}"
-    ),
-}
-#: The placeholder each family's template must contain.
-_MATERIAL_FIELD = {"tsp": "{green_tokens}", "wip": "{green_letters}", "sa": "{secret}"}
 
 
 class ICWKeyError(ValueError):
@@ -83,6 +52,28 @@ def check_family(family: str) -> str:
     if fam not in FAMILIES:
         raise ICWKeyError(f"unknown ICW family {family!r}; choose one of {', '.join(FAMILIES)}")
     return fam
+
+
+#: No tokenizer has more tokens than this; a larger TSP pool_size is a typo, not a pool.
+MAX_POOL_SIZE = 10_000_000
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    """``value`` as an int if it is a whole number in ``[low, high]`` (floats like 18.0 allowed)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ICWKeyError(f"key field {name} must be a whole number, got {value!r:.60}")
+    if isinstance(value, (float, np.floating)) and not (math.isfinite(value) and float(value).is_integer()):
+        raise ICWKeyError(f"key field {name} must be a whole number, got {value!r}")
+    if not low <= value <= high:
+        raise ICWKeyError(f"key field {name} must be between {low:,} and {high:,}, got {value!r:.60}")
+    return int(value)
+
+
+def _letters(name: str, value: Any) -> str:
+    """Upper-cased ASCII letters; checked before upper-casing (``"straße".upper()`` is ``"STRASSE"``)."""
+    if not isinstance(value, str) or not value.isascii() or not value.isalpha():
+        raise ICWKeyError(f"key field {name} must be ASCII letters A-Z, got {value!r:.60}")
+    return value.upper()
 
 
 def _raw(family: str, seed: int, n: int) -> np.ndarray:
@@ -146,7 +137,7 @@ class ICWKey:
         object.__setattr__(self, "family", check_family(self.family))
         if self.seed is not None:
             if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-                raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r}")
+                raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r:.60}")
             object.__setattr__(self, "seed", int(self.seed))
         fam = self.family
         for owner, defaults in _FAMILY_PARAMS.items():
@@ -155,29 +146,35 @@ class ICWKey:
                     raise ICWKeyError(f"{attr} is a {owner.upper()} key parameter, not a {fam.upper()} one "
                                       f"(got {attr}={getattr(self, attr)!r})")
         if fam == "tsp":
-            if not 0.0 < float(self.gamma) < 1.0:
-                raise ICWKeyError(f"TSP gamma must lie strictly between 0 and 1, got {self.gamma!r}")
-            object.__setattr__(self, "gamma", float(self.gamma))
-            if self.pool_size is not None and int(self.pool_size) < 10:
-                raise ICWKeyError(f"TSP pool_size must be at least 10 tokens, got {self.pool_size!r}")
+            gamma = self.gamma
+            if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.number)) or not 0.0 < gamma < 1.0:
+                raise ICWKeyError(f"TSP gamma must be a number strictly between 0 and 1, got {gamma!r:.60}")
+            object.__setattr__(self, "gamma", float(gamma))
+            if self.pool_size is not None:
+                object.__setattr__(self, "pool_size", _whole("pool_size", self.pool_size, 10, MAX_POOL_SIZE))
         if fam == "wip":
             if self.letters is not None:
-                letters = "".join(sorted(set(str(self.letters).upper())))
-                if not letters or any(c not in ALPHABET for c in letters) or len(letters) >= 26:
-                    raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r}")
+                letters = "".join(sorted(set(_letters("letters", self.letters))))
+                if len(letters) >= 26:
+                    raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r:.60}")
                 object.__setattr__(self, "letters", letters)
-                object.__setattr__(self, "num_letters", len(letters))
-            elif not 1 <= int(self.num_letters) <= 25:
-                raise ICWKeyError(f"WIP num_letters must be between 1 and 25, got {self.num_letters!r}")
+                if self.num_letters not in (13, len(letters)):  # 13: the default, i.e. not given
+                    raise ICWKeyError(f"WIP num_letters={self.num_letters!r} contradicts letters={self.letters!r}")
+            object.__setattr__(self, "num_letters", _whole("num_letters", len(letters) if self.letters else
+                                                           self.num_letters, 1, 25))
         if fam == "sa":
             if self.secret is not None:
-                secret = str(self.secret).upper()
-                if not secret.isascii() or not secret.isalpha() or not 1 <= len(secret) <= 63:
-                    raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r}")
+                secret = _letters("secret", self.secret)
+                if not 1 <= len(secret) <= 63:
+                    raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r:.80}")
                 object.__setattr__(self, "secret", secret)
-                object.__setattr__(self, "length", len(secret))
-            elif not 1 <= int(self.length) <= 63:
-                raise ICWKeyError(f"SA length must be between 1 and 63, got {self.length!r}")
+                if self.length not in (18, len(secret)):  # 18: the default, i.e. not given
+                    raise ICWKeyError(f"SA length={self.length!r} contradicts secret={self.secret!r}")
+            object.__setattr__(self, "length", _whole("length", len(self.secret) if self.secret else self.length,
+                                                      1, 63))
+        for name in ("tokenizer", "vocab"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ICWKeyError(f"key field {name} must be a string, got {getattr(self, name)!r:.60}")
         explicit = self.letters if fam == "wip" else self.secret if fam == "sa" else None
         if self.seed is None and explicit is None:
             raise ICWKeyError(f"a {fam} key needs a seed" + (" or explicit material" if fam != "tsp" else ""))
@@ -194,7 +191,10 @@ class ICWKey:
             params.update(tokenizer=view.name, vocab=view.fingerprint)
         elif fam in ("tsp", "wip"):
             raise ICWKeyError(f"a {fam} key is defined over a tokenizer's vocabulary: pass tokenizer=...")
-        return cls(fam, seed, **params)
+        key = cls(fam, seed, **params)
+        if fam == "tsp" and key.pool_size is not None:
+            key.candidate_pool(tokenizer)  # a pool larger than V_en is refused now, not at first use
+        return key
 
     # ------------------------------------------------------------------- material
     @property
@@ -240,7 +240,10 @@ class ICWKey:
         """TSP: the candidate pool ``P`` (token ids, ascending)."""
         self._need("tsp")
         v_en = self.check_tokenizer(tokenizer).v_en
-        return v_en if self.pool_size is None else v_en[: int(self.pool_size)]
+        if self.pool_size is not None and self.pool_size > len(v_en):
+            raise ICWKeyError(f"TSP pool_size={self.pool_size:,} exceeds the {len(v_en):,} English tokens (V_en) of "
+                              f"tokenizer {self.tokenizer!r}; choose at most {len(v_en):,}")
+        return v_en if self.pool_size is None else v_en[: self.pool_size]
 
     def token_set(self, tokenizer: Any) -> np.ndarray:
         """TSP: the green token ids ``T``, ascending."""
@@ -340,9 +343,12 @@ class ICWKey:
         text = text.strip()
         if text.startswith("{"):
             try:
-                return cls.from_dict(json.loads(text))
+                data = json.loads(text, object_pairs_hook=_unique_fields)
             except json.JSONDecodeError as err:
-                raise ICWKeyError(f"malformed JSON key: {err}") from None
+                raise ICWKeyError(f"malformed JSON key: {err.msg} at column {err.colno}") from None
+            except RecursionError:
+                raise ICWKeyError("malformed JSON key: nested too deeply") from None
+            return cls.from_dict(data)
         pieces = text.split(":", 2)
         if len(pieces) != 3 or pieces[0] != _PREFIX:
             raise ICWKeyError(f"malformed key {text[:80]!r}: expected 'icw:<family>:name=value,...'")
@@ -353,6 +359,8 @@ class ICWKey:
             if not sep:
                 raise ICWKeyError(f"malformed key field {item!r} in {text[:80]!r}: expected name=value")
             value = unquote(value)
+            if name in data:
+                raise ICWKeyError(f"key field {name} is given twice in {text[:80]!r}")
             try:
                 data[name] = int(value) if name in ints else float(value) if name in floats else value
             except ValueError:
@@ -361,6 +369,16 @@ class ICWKey:
 
     def with_params(self, **changes: Any) -> ICWKey:
         return replace(self, **changes)
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses a repeated field (``json`` would keep the last silently)."""
+    data: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in data:
+            raise ICWKeyError(f"key field {name} is given twice")
+        data[name] = value
+    return data
 
 
 def as_key(key: ICWKey | str | dict) -> ICWKey:

@@ -97,6 +97,16 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
                                 "with tokenizer files, or a Hub id while online.") from None
 
 
+def resolve_tokenizer(tokenizer: Any) -> Any:
+    """The tokenizer itself, or :func:`load_tokenizer` of a name (``"qwen3"``, a folder, a Hub id).
+
+    Every public API that takes a tokenizer goes through this, so names work everywhere.
+    """
+    if isinstance(tokenizer, os.PathLike):
+        tokenizer = os.fspath(tokenizer)
+    return load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+
+
 def _load_failure(name: str, err: Exception, what: str) -> str:
     """Why ``from_pretrained(name)`` failed, in one line."""
     path = Path(name).expanduser()

@@ -2,7 +2,7 @@
 
 A detector needs only a tokenizer, never LLM weights. The pipeline accepts:
 
-* no ``model=`` at all: the tokenizer the key records (``pipeline("icw-detection", key=key)``,
+* no ``model=`` at all: the tokenizer the key records (``pipeline("icw-detection", keys=key)``,
   offline for the embedded ``qwen3``/``gpt2``/``smollm2``; SA keys name none, so pass one);
 * a tokenizer object (the offline way in, e.g. ``icw.models.load_tokenizer("qwen3")``);
 * a Hub model id or a local model folder: transformers reads its ``config.json``, then
@@ -19,7 +19,7 @@ Example:
     >>> import icw
     >>> from transformers import pipeline
     >>> from icw.models import load_tokenizer
-    >>> det = pipeline("icw-detection", model=load_tokenizer("gpt2"), key="icw:sa:seed=1,secret=HI")
+    >>> det = pipeline("icw-detection", model=load_tokenizer("gpt2"), keys="icw:sa:seed=1,secret=HI")
     >>> det("Hello there. It works.")["num_aligned"]
     2
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -58,7 +59,7 @@ class _KeyTokenizer:
         return "the tokenizer the key records"
 
 
-#: ``pipeline("icw-detection", key=...)`` without ``model=`` uses the tokenizer the key records.
+#: ``pipeline("icw-detection", keys=...)`` without ``model=`` uses the tokenizer the key records.
 DEFAULT_MODEL = (_KeyTokenizer(), None)
 #: Fields of :class:`~icw.verification.VerificationResult` every output carries.
 OUTPUT_FIELDS = ("family", "z_score", "p_value", "is_watermarked", "num_tokens_scored", "num_aligned", "alpha",
@@ -127,6 +128,17 @@ def _result_dict(result: Any, with_highlights: bool) -> dict[str, Any]:
     return out
 
 
+def _renamed_key(keys: Any, key: Any) -> Any:
+    """``keys=`` is the argument; ``key=`` is its deprecated spelling (accepted for one release)."""
+    if key is None:
+        return keys
+    if keys is not None:
+        raise TypeError("pass keys=... (key= is its deprecated spelling), not both")
+    warnings.warn("the icw-detection argument key= is deprecated: use keys= (one key, or one per text)",
+                  DeprecationWarning, stacklevel=3)
+    return key
+
+
 @lru_cache(maxsize=1)
 def _pipeline_class() -> type:
     """Build the pipeline class on first use: its base class lives in ``transformers.pipelines``."""
@@ -141,7 +153,8 @@ def _pipeline_class() -> type:
         Call with a string (returns a dict), a list of strings (returns a list) or any other
         iterable of strings such as a generator or a ``datasets`` column (returns a lazy
         iterator, verified ``batch_size`` texts at a time), and per call
-        ``key=`` (one key, or one per text), ``alpha=`` and ``highlights=`` (default ``True``).
+        ``keys=`` (one key, or one per text), ``alpha=`` and ``highlights=`` (default ``True``);
+        ``key=`` is the deprecated spelling of ``keys=``.
         Every dict has ``family``, ``z_score`` (the paper's z), ``p_value`` (exact for TSP/WIP,
         Monte Carlo for SA), ``is_watermarked`` (``p_value <= alpha``), ``num_tokens_scored``,
         ``num_aligned`` and ``highlights`` (counted spans with character offsets).
@@ -153,38 +166,48 @@ def _pipeline_class() -> type:
         _load_feature_extractor = False
         _load_video_processor = False
 
-        def __init__(self, model: Any, tokenizer: Any = None, key: Any = None, alpha: float = DEFAULT_ALPHA,
-                     highlights: bool = True, **kwargs: Any) -> None:
+        def __init__(self, model: Any, tokenizer: Any = None, keys: Any = None, alpha: float = DEFAULT_ALPHA,
+                     highlights: bool = True, key: Any = None, **kwargs: Any) -> None:
+            keys = _renamed_key(keys, key)
             if isinstance(model, _KeyTokenizer) or (model is None and tokenizer is None):
-                model = ICWTokenizerOnlyModel(_key_tokenizer(key))
+                model = ICWTokenizerOnlyModel(_key_tokenizer(keys))
             elif not isinstance(model, ICWTokenizerOnlyModel):
                 # a tokenizer object passed as ``model=`` (the offline way in)
                 model = ICWTokenizerOnlyModel(tokenizer if model is None else model)
             tokenizer = tokenizer if tokenizer is not None else model.tokenizer
             kwargs.setdefault("device", -1)  # verification is CPU work; never touch an accelerator
             super().__init__(model=model, tokenizer=tokenizer, **kwargs)
-            self.key = None if key is None else as_key(key)
+            self.keys = None if keys is None else as_key(keys) if isinstance(keys, (ICWKey, str, dict)) else [
+                as_key(k) for k in keys]
             self.alpha = alpha
             self.highlights = highlights
 
-        def _sanitize_parameters(self, key: Any = None, alpha: float | None = None, highlights: bool | None = None,
+        @property
+        def key(self) -> Any:
+            """Deprecated alias of :attr:`keys`."""
+            warnings.warn("ICWDetectionPipeline.key is deprecated: use .keys", DeprecationWarning, stacklevel=2)
+            return self.keys
+
+        def _sanitize_parameters(self, keys: Any = None, alpha: float | None = None, highlights: bool | None = None,
                                  **kwargs: Any) -> tuple[dict, dict, dict]:
             if kwargs:
-                raise TypeError(f"unknown icw-detection argument(s) {sorted(kwargs)}; use key=, alpha=, highlights=")
-            forward = {k: v for k, v in (("key", key), ("alpha", alpha), ("highlights", highlights)) if v is not None}
+                raise TypeError(f"unknown icw-detection argument(s) {sorted(kwargs)}; use keys=, alpha=, highlights=")
+            forward = {k: v for k, v in (("keys", keys), ("alpha", alpha), ("highlights", highlights)) if v is not None}
             return {}, forward, {}
 
-        def __call__(self, inputs: Any, *, key: Any = None, alpha: float | None = None,
-                     highlights: bool | None = None, batch_size: int | None = None, **kwargs: Any) -> Any:
+        def __call__(self, inputs: Any, *, keys: Any = None, alpha: float | None = None,
+                     highlights: bool | None = None, batch_size: int | None = None, key: Any = None,
+                     **kwargs: Any) -> Any:
             """Detect in one text or a batch (verification is batched: one tokenizer call per batch)."""
             self._sanitize_parameters(**kwargs)
-            key = key if key is not None else self.key
+            key = _renamed_key(keys, key)
+            key = key if key is not None else self.keys
             if key is None:
-                raise ValueError('no key: pass key=... to pipeline("icw-detection", key=...) or to the call')
+                raise ValueError('no key: pass keys=... to pipeline("icw-detection", keys=...) or to the call')
             alpha = self.alpha if alpha is None else alpha
             highlights = self.highlights if highlights is None else highlights
             if isinstance(inputs, str):
-                return self._forward({"texts": [inputs]}, key=as_keys(key, 1), alpha=alpha,
+                return self._forward({"texts": [inputs]}, keys=as_keys(key, 1), alpha=alpha,
                                      highlights=highlights)[0]
             if isinstance(inputs, (list, tuple)):
                 if not inputs:
@@ -194,7 +217,7 @@ def _pipeline_class() -> type:
                 out: list[dict] = []
                 for start in range(0, len(inputs), size):
                     out += self._forward({"texts": list(inputs[start:start + size])},
-                                         key=keys[start:start + size], alpha=alpha, highlights=highlights)
+                                         keys=keys[start:start + size], alpha=alpha, highlights=highlights)
                 return out
             if isinstance(inputs, Iterable) and not isinstance(inputs, (bytes, dict)):
                 if not isinstance(key, (ICWKey, str, dict)):
@@ -208,11 +231,11 @@ def _pipeline_class() -> type:
             for text in inputs:
                 chunk.append(text)
                 if len(chunk) == size:
-                    yield from self._forward({"texts": chunk}, key=as_keys(key, len(chunk)), alpha=alpha,
+                    yield from self._forward({"texts": chunk}, keys=as_keys(key, len(chunk)), alpha=alpha,
                                              highlights=highlights)
                     chunk = []
             if chunk:
-                yield from self._forward({"texts": chunk}, key=as_keys(key, len(chunk)), alpha=alpha,
+                yield from self._forward({"texts": chunk}, keys=as_keys(key, len(chunk)), alpha=alpha,
                                          highlights=highlights)
 
         def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> None:
@@ -227,24 +250,27 @@ def _pipeline_class() -> type:
         def preprocess(self, text: str, **kwargs: Any) -> dict[str, Any]:
             return {"texts": [text]}
 
-        def _forward(self, model_inputs: dict[str, Any], key: Any = None, alpha: float = DEFAULT_ALPHA,
+        def _forward(self, model_inputs: dict[str, Any], keys: Any = None, alpha: float = DEFAULT_ALPHA,
                      highlights: bool = True) -> list[dict[str, Any]]:
-            key = self.key if key is None else key
-            results = verify(model_inputs["texts"], key, self.tokenizer, alpha=alpha, highlights=highlights)
+            keys = self.keys if keys is None else keys
+            results = verify(model_inputs["texts"], keys, self.tokenizer, alpha=alpha, highlights=highlights)
             return [_result_dict(r, highlights) for r in results]
 
         def postprocess(self, model_outputs: list[dict[str, Any]], **kwargs: Any) -> Any:
             return model_outputs[0] if len(model_outputs) == 1 else model_outputs
 
     ICWDetectionPipeline.__module__ = __name__
+    ICWDetectionPipeline.__qualname__ = "ICWDetectionPipeline"
     return ICWDetectionPipeline
 
 
 def _key_tokenizer(key: Any) -> Any:
-    """The tokenizer a key records, for a pipeline built without ``model=``."""
-    from .keys import as_key
+    """The tokenizer a key records (the first key's, for one key per text), for a pipeline built without ``model=``."""
+    from .keys import ICWKey, as_key
     from .models import load_tokenizer
 
+    if key is not None and not isinstance(key, (ICWKey, str, dict)):
+        key = next(iter(key), None)
     name = None if key is None else as_key(key).tokenizer
     if name is None:
         what = "no key" if key is None else f"an {as_key(key).family.upper()} key, which names no tokenizer"
@@ -293,24 +319,36 @@ def install_registration() -> None:
         sys.meta_path.insert(0, _RegisterOnImport())
 
 
-def detector(key: Any = None, tokenizer: Any = "qwen3", **kwargs: Any) -> Any:
+def detector(keys: Any = None, tokenizer: Any = "qwen3", *, key: Any = None, **kwargs: Any) -> Any:
     """``pipeline("icw-detection")`` for a tokenizer alias (``qwen3``, ``gpt2``, ``smollm2``), folder or object.
 
-    ``tokenizer=None`` uses the tokenizer named in the key.
+    Args:
+        keys (`ICWKey`, `str` or a list of them, *optional*): the key every call uses unless it
+            passes its own (one key, or one per text). ``key=`` is its deprecated spelling.
+        tokenizer (`str` or tokenizer, defaults to ``"qwen3"``): an alias, a folder or a tokenizer
+            object; ``None`` uses the tokenizer named in the (first) key.
+        **kwargs: passed to ``transformers.pipeline`` (``alpha=``, ``highlights=``, ``batch_size=``).
+
+    Example:
+        >>> from icw import ICWKey, detector
+        >>> det = detector(keys=ICWKey.create("sa", secret="HI"), tokenizer="gpt2")
+        >>> det("Hello there. It works.")["num_aligned"]
+        2
     """
+    key = _renamed_key(keys, key)
     from transformers import pipeline
 
     from .keys import as_key
-    from .models import load_tokenizer
+    from .models import resolve_tokenizer
 
     register()
     if tokenizer is None:
-        if key is None or as_key(key).tokenizer is None:
+        first = key if key is None or isinstance(key, (str, dict)) or hasattr(key, "family") else next(iter(key), None)
+        if first is None or as_key(first).tokenizer is None:
             raise ValueError("pass tokenizer=..., or a TSP/WIP key that names its tokenizer")
-        tokenizer = as_key(key).tokenizer
-    if isinstance(tokenizer, str):
-        tokenizer = load_tokenizer(tokenizer)
-    return pipeline(TASK, model=tokenizer, key=key, **kwargs)
+        tokenizer = as_key(first).tokenizer
+    tokenizer = resolve_tokenizer(tokenizer)
+    return pipeline(TASK, model=tokenizer, keys=key, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

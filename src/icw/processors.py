@@ -2,12 +2,26 @@
 
 Each processor takes one key per batch row (a single key is shared), so one ``generate``
 call can watermark a batch under different keys. Rows are matched to keys in order; when
-``generate`` expands rows (``num_return_sequences`` or beams), each key covers its
+``generate`` expands rows (``num_return_sequences`` or ``num_beams``), each key covers its
 consecutive copies, as transformers lays them out.
+
+Decoding strategies. TSP and WIP are stateless (the bias depends on the key only), so they
+work under every strategy. SA is stateful; it supports greedy search, sampling
+(``num_return_sequences`` included), beam search (``num_beams``, any ``num_return_sequences``)
+and assisted decoding (``assistant_model=`` or ``prompt_lookup_num_tokens=``): each call
+matches every row to the row of the previous call with the same prefix and key (beam search
+reorders rows), and a row that is not one token longer than its match (assisted decoding
+appends several tokens at once, then may roll back rejected ones) is replayed from the
+prompt. After ``generate``, pass the returned sequences to
+:meth:`SentenceAcrosticLogitsProcessor.finish` to get the letters of each returned row.
+Not supported: encoder-decoder models (the prompt is not in ``input_ids``) and reusing one
+SA processor for a new ``generate`` call that continues the previous output without
+``finish``/``reset`` in between (it would be read as the same generation).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -38,6 +52,24 @@ def _row_index(num_keys: int, rows: int) -> torch.Tensor | None:
     return torch.arange(num_keys).repeat_interleave(rows // num_keys)
 
 
+def check_key_rows(num_keys: int, input_ids: torch.Tensor) -> None:
+    """At the first step of a generation, refuse keys that map onto rows of different prompts.
+
+    With ``k`` keys and ``r`` rows each key covers ``r / k`` consecutive rows, which at the first
+    step must be copies of one prompt (``num_return_sequences`` or beams). 3 keys for 2 prompts
+    with 3 returned sequences each (6 rows) would otherwise give one key to rows of two prompts.
+    """
+    rows = input_ids.shape[0]
+    if num_keys in (1, rows) or rows % num_keys:
+        return  # one shared key, one key per row, or an uneven split (refused by _row_index)
+    groups = input_ids.reshape(num_keys, rows // num_keys, -1)
+    bad = (groups != groups[:, :1]).any(dim=-1).any(dim=-1).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(f"got {num_keys} keys for a batch of {rows} rows: key {bad[0]} would cover rows of "
+                         f"different prompts. Pass one key per prompt (each covers its num_return_sequences "
+                         f"copies) or one key per row")
+
+
 class _BiasCache:
     """A ``(num_keys, vocab)`` table moved and padded to the logits' device, dtype and width once."""
 
@@ -65,8 +97,12 @@ class _StaticBiasLogitsProcessor(LogitsProcessor):
         view = self.keys[0].check_tokenizer(tokenizer)
         table = np.stack([green_mask(k, view) for k in self.keys]).astype(np.float32) * self.delta
         self._bias = _BiasCache(table)
+        self._length = -1
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[1] <= self._length or self._length < 0:  # a generation starts: rows are prompts
+            check_key_rows(len(self.keys), input_ids)
+        self._length = input_ids.shape[1]
         bias = self._bias.get(scores)
         index = _row_index(len(self.keys), scores.shape[0])
         return scores + (bias if index is None else bias[index.to(scores.device)])
@@ -181,10 +217,15 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
     (after ``[.!?]`` only tokens starting with whitespace can). Each sentence-initial letter
     the model emits advances ``tau`` on a match, or after three consecutive misses.
 
-    State updates are O(1) per step: each token's effect on the automaton is computed once
-    from its surface and memoized, so nothing is re-decoded. ``tracked_letters[row]`` holds
-    the sentence-initial letters seen so far, which equal :func:`icw.text.sentence_initials`
-    of the decoded continuation; ``targets[row]`` is ``tau``.
+    State updates cost no re-decoding: each token's effect on the automaton is computed once
+    from its surface and memoized. When rows keep their order (greedy search, sampling) a step
+    is O(1) per row; under beam search each row continues the state of the previous step's row
+    with the same key and prefix; under assisted decoding a row that is not one token longer
+    than its match is replayed from the prompt. ``tracked_letters[row]`` holds the
+    sentence-initial letters of each row of the last step, which equal
+    :func:`icw.text.sentence_initials` of its decoded continuation; ``targets[row]`` is ``tau``.
+    After ``generate``, :meth:`finish` gives the letters of each *returned* row (beam search
+    returns other rows than it ran).
 
     Args:
         keys (`ICWKey`, `str` or `list` of them):
@@ -196,10 +237,10 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
             Bias strength at active steps (the paper's synthesis and training value).
 
     Tip:
-        The processor is stateful. Use **one processor per** ``generate`` **call** (or call
-        :meth:`reset` between calls): it restarts only when a step's length does not follow on from
-        the previous step's, so a call whose prompt is the previous output (one token longer than
-        its last step) would silently continue the old rows' state. Batch with **left padding**
+        The processor is stateful. Use **one processor per** ``generate`` **call**, or call
+        :meth:`finish` (or :meth:`reset`) between calls: a step starts a new generation when its
+        rows continue no row of the previous step, so a call whose prompt is the previous output
+        would silently continue the old rows' state. Batch with **left padding**
         (``tokenizer.padding_side = "left"``) so that every row's new tokens follow its prompt; with
         right padding pad tokens sit between prompt and answer. Keys are per row: a key list has
         one key per prompt, in the batch's order.
@@ -223,7 +264,7 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
         >>> processor = SentenceAcrosticLogitsProcessor(keys, tok)
         >>> texts = sample([processor])
         >>> [k.secret_string[:3] for k in keys], processor.tracked_letters, processor.targets
-        (['YNT', 'BSR'], ['YN', 'B'], [2, 1])
+        (['YNT', 'BSR'], ['Y', 'B'], [1, 1])
     """
 
     family = "sa"
@@ -239,39 +280,81 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
     def reset(self) -> None:
         """Forget all rows (a new ``generate`` call starts)."""
         self.rows: list[AcrosticState] = []
-        self._length = -1
+        self._prev: torch.Tensor | None = None  # input_ids of the last call of the current generation
+        self._prompt_length: int | None = None
 
     @property
     def tracked_letters(self) -> list[str]:
+        """Sentence-initial letters of each row of the last call (after :meth:`finish`: of each returned row)."""
         return [row.letters for row in self.rows]
 
     @property
     def targets(self) -> list[int]:
         return [row.target for row in self.rows]
 
-    def _start(self, rows: int) -> None:
+    def _key_index(self, rows: int) -> list[int]:
         index = _row_index(len(self.keys), rows)
-        keys = [self.keys[0]] * rows if index is None else [self.keys[i] for i in index.tolist()]
-        self.rows = [AcrosticState(key.secret_string, self._moves) for key in keys]
+        return [0] * rows if index is None else index.tolist()
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        rows, length = input_ids.shape
-        if length != self._length + 1 or rows != len(self.rows):
-            self._start(rows)  # first step of a generation: the whole input is the prompt
-        else:
+    def _replay(self, key_index: int, tokens: list[int]) -> AcrosticState:
+        row = AcrosticState(self.keys[key_index].secret_string, self._moves)
+        for token in tokens:
+            row.observe(token)
+        return row
+
+    def _follow(self, input_ids: torch.LongTensor) -> list[AcrosticState] | None:
+        """States of the rows of ``input_ids`` if each continues a row of the previous call
+        (same key, same tokens up to its last one), else None (a new generation)."""
+        prev, rows, length = self._prev, *input_ids.shape
+        if prev is None or rows != prev.shape[0] or not self._prompt_length <= length <= prev.shape[1] + 1:
+            return None
+        if length == prev.shape[1] + 1 and torch.equal(input_ids[:, :-1], prev):  # greedy, sampling: rows in order
             for row, token in zip(self.rows, input_ids[:, -1].tolist(), strict=True):
                 row.observe(token)
-        self._length = length
+            return self.rows
+        cut = length - 1  # beam search reorders rows; assisted decoding appends and rolls back tokens
+        keys = self._key_index(rows)
+        old = {(keys[j], r.tobytes()): j for j, r in enumerate(prev[:, :cut].cpu().numpy())}
+        ids = input_ids.cpu().numpy()
+        out = []
+        for r in range(rows):
+            j = old.get((keys[r], ids[r, :cut].tobytes()))
+            if j is None:
+                return None
+            if cut == prev.shape[1]:  # one token past row j: continue its state
+                row = copy.copy(self.rows[j])
+                row.observe(int(ids[r, -1]))
+            else:
+                row = self._replay(keys[r], ids[r, self._prompt_length:].tolist())
+            out.append(row)
+        return out
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows = self._follow(input_ids)
+        if rows is None:  # first step of a generation: the whole input is the prompt
+            check_key_rows(len(self.keys), input_ids)
+            self._prompt_length = input_ids.shape[1]
+            rows = [self._replay(k, []) for k in self._key_index(input_ids.shape[0])]
+        self.rows, self._prev = rows, input_ids.clone()  # beam search reuses its buffer: keep a copy
         choice = torch.tensor([row.bias_row() for row in self.rows], device=scores.device)
         return scores + self._bias.get(scores)[choice]
 
     def finish(self, sequences: torch.LongTensor) -> list[str]:
-        """Observe the tokens generated after the last call (the final one is sampled after
-        it) and return ``tracked_letters``."""
-        for row, tokens in zip(self.rows, sequences[:, max(self._length, 0):].tolist(), strict=True):
-            for token in tokens:
-                row.observe(token)
-        self._length = sequences.shape[1]
+        """Read each returned sequence from the end of the prompt, set ``tracked_letters`` to
+        their sentence-initial letters and return them. Works for every strategy (beam search
+        returns fewer or reordered rows); the next call starts a new generation.
+
+        Args:
+            sequences: ``generate``'s output, ``(batch * num_return_sequences, length)``.
+        """
+        if self._prompt_length is None:
+            raise RuntimeError("finish() needs a generation first: pass this processor to generate() before")
+        if sequences.shape[1] < self._prompt_length:
+            raise ValueError(f"got sequences of {sequences.shape[1]} tokens, shorter than the prompt "
+                             f"({self._prompt_length}): pass generate()'s output (prompt included)")
+        ids = sequences[:, self._prompt_length:].tolist()
+        self.rows = [self._replay(k, tokens) for k, tokens in zip(self._key_index(len(ids)), ids, strict=True)]
+        self._prev = None
         return self.tracked_letters
 
 

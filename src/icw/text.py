@@ -4,13 +4,20 @@
 whole text) and :class:`~icw.processors.SentenceAcrosticLogitsProcessor` (which runs it one
 token surface at a time while decoding) can never disagree about where sentences start.
 
-Rules, applied left to right:
+Rules, applied left to right (CommonMark blocks, simplified; docs/sentences.md has the
+conformance table):
 
-* every line starts a new block (headings, list items, quotes, table rows are blocks), and
-  the first ASCII letter of a block is a sentence-initial letter; markup before it
-  (``#``, ``-``, ``1.``, ``>``, ``**``) is skipped;
+* a text is a sequence of blocks, and the first ASCII letter of a block opens a sentence;
+  markup before it (``#``, ``-``, ``1.``, ``>``, ``**``) is skipped;
+* consecutive non-blank lines form one paragraph: a line break inside a paragraph (a soft
+  wrap) is whitespace, not a sentence start. A blank line ends the paragraph, and so does a
+  line that opens a block: a heading (``#`` to ``######`` then a blank), a list item (``-``,
+  ``*``, ``+`` or ``1.``/``1)`` then a blank), a block quote (``>``, when the paragraph was
+  not already quoted), a table row (``|``), a fence or an HTML line (``<``). A heading or a
+  table row is one line; a line of only ``-``, ``=``, ``*``, ``_`` (a rule or setext
+  underline) also ends the paragraph;
 * inside a block a sentence ends at ``.``, ``!`` or ``?`` (optionally followed by closing
-  quotes, brackets or emphasis ``"')]*_``) followed by ASCII whitespace;
+  quotes, brackets or emphasis ``"')]*_``) followed by ASCII whitespace (a newline included);
 * fenced code blocks (a line opening with three backticks or three tildes, up to a line
   opening with three of the same), inline code and HTML tags (``<`` followed by a letter,
   ``/`` or ``!``, up to ``>`` or the end of the line) are dropped;
@@ -24,6 +31,8 @@ Example:
     'HHAI'
     >>> sentence_initials("Intro.\\n~~~\\nNot this.\\n~~~\\n<!-- a > b. Zed. --> Real <style>p {}</style> text.")
     'IR'
+    >>> sentence_initials("The fox jumps over\\nthe lazy dog. Another\\nsentence.\\n\\n> Quoted\\n> text.")
+    'TAQ'
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ _RAW_ELEMENTS = frozenset(("script", "style"))
 # at once) and of the raw element names, whole ones included; _NAME_STARTS are their first characters.
 _NAME_PREFIXES = frozenset(w[:k] for w in ("!--", *_RAW_ELEMENTS) for k in range(1, len(w))) | _RAW_ELEMENTS
 _NAME_STARTS = frozenset("!sS")
+_LINE_WS = _INLINE_WS | frozenset("\n")
+_DIGITS = frozenset("0123456789")
+_LEAD_CHARS = _DIGITS | frozenset("#-*+")  # may open a heading or a list item: wait for the next character
+_RULE_CHARS = _LINE_WS | frozenset("-=*_>")  # a line of only these (and some of them) ends a paragraph
 _NEXT_IF_SETTLED = re.compile(r"[\n`<.!?]")
 _NEXT_IF_PENDING = re.compile(r"[\n`<.!?A-Za-z]")
 _CODE_ENDS = re.compile(r"[\n`]")
@@ -67,6 +80,12 @@ class SentenceState(NamedTuple):
     seen: int = 0  # progress towards the end of a raw element or comment
     pending: bool = True  # the next ASCII letter opens a sentence
     term: bool = False  # just after sentence-final punctuation (and closers)
+    para: bool = False  # this line continues a paragraph (while ``bol``: the previous line was paragraph text)
+    quoted: bool = False  # that paragraph is inside a block quote
+    qline: bool = False  # this line opened with ">"
+    lead: str = ""  # "#", "-", "*", "+" or digits (then "." or ")") held at the line start: marker or text?
+    single: bool = False  # this line is a heading, a table row or a closing fence: the next one opens a block
+    rule: bool = True  # this line has only "-", "=", "*", "_", ">" and blanks so far
 
     @property
     def opens_sentence(self) -> bool:
@@ -85,12 +104,12 @@ START = SentenceState()
 def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceState, list[tuple[int, str]]]:
     """Feed ``text`` to the automaton; return the new state and the sentence-initial letters
     found, as ``(offset + index, LETTER)`` pairs."""
-    fence, bol, run, code, tag, name, seen, pending, term = state
+    fence, bol, run, code, tag, name, seen, pending, term, para, quoted, qline, lead, single, rule = state
     found: list[tuple[int, str]] = []
     i, end = -1, len(text)
     while True:
         i += 1
-        if not (fence or code or tag or run or term or bol):
+        if not (fence or code or tag or run or term or bol or rule):
             # Plain prose mid-line: only these characters can change the state, so jump to the next one.
             nxt = (_NEXT_IF_PENDING if pending else _NEXT_IF_SETTLED).search(text, i)
             if nxt is None:
@@ -105,7 +124,7 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
             elif bol and c == fence:
                 run += c
                 if len(run) == 3:  # closing fence: what follows starts a new block
-                    fence, bol, run, pending, term = "", False, "", True, False
+                    fence, bol, run, pending, term, single = "", False, "", True, False, True
             elif not (bol and not run and c in _INLINE_WS):
                 # Nothing closes the fence before the next line: jump to its newline.
                 bol, run, nxt_nl = False, "", text.find("\n", i + 1)
@@ -167,10 +186,48 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
                     tag = _TAG
                     continue
                 tag = 0  # the "<" was ordinary text: handle c normally
+        if rule and c not in _RULE_CHARS:
+            rule = False
         if run and c != run[0]:  # one or two backticks at line start open inline code; tildes are text
             code, run, bol = run == "`", "", False
+        if bol and (lead or not (c in _LINE_WS or (c in _FENCE_CHARS and not qline))):
+            # Classify the line: does it open a block, or continue the paragraph above (a soft wrap)?
+            if lead:
+                kind = lead[0]
+                if kind == "#":
+                    if c == "#" and len(lead) < 6:
+                        lead += c
+                        continue
+                    marker = c in _LINE_WS
+                elif kind in _DIGITS:  # up to 9 digits, then "." or ")"
+                    if lead[-1] in _DIGITS and ((c in _DIGITS and len(lead) < 9) or c in ".)"):
+                        lead += c
+                        continue
+                    marker = lead[-1] in ".)" and c in _LINE_WS
+                else:  # "-", "*", "+"
+                    marker = c in _LINE_WS
+                if marker:  # a heading or a list item
+                    pending, term, para, single = True, False, False, kind == "#"
+                else:  # text after all ("#5", "-3 C", "**bold**", "3.5"): only a final "." matters
+                    term = lead[-1] == "."
+                lead, bol = "", False
+            elif c == ">":  # a quote marker; the line stays undecided (lazy continuation)
+                qline = True
+                if para and not quoted:
+                    pending, term, para = True, False, False
+                continue
+            elif c in _LEAD_CHARS:
+                lead = c
+                continue
+            else:
+                bol = False
+                if c == "|" or c == "<":  # a table row or an HTML line opens a block
+                    pending, term, para, single = True, False, False, c == "|"
         if c == "\n":
-            bol, run, code, pending, term = True, "", False, True, False
+            quoted = not bol and (qline or (para and quoted))
+            para = not (bol or single or rule)  # bol: a blank line
+            pending = (pending or term) if para else True
+            bol, run, code, term, qline, single, rule = True, "", False, False, False, False, True
             continue
         if code:
             if c == "`":
@@ -204,7 +261,8 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
             if pending and c in _LETTERS:
                 found.append((offset + i, c.upper()))
                 pending = False
-    return SentenceState(fence, bol, run, code, tag, name, seen, pending, term), found
+    return SentenceState(fence, bol, run, code, tag, name, seen, pending, term, para, quoted, qline, lead, single,
+                         rule), found
 
 
 def sentence_initial_spans(text: str) -> list[tuple[int, str]]:
@@ -212,6 +270,11 @@ def sentence_initial_spans(text: str) -> list[tuple[int, str]]:
     return advance(START, text)[1]
 
 
-def sentence_initials(text: str) -> str:
-    """``Phi(text)``: the upper-cased first letter of every sentence, in order."""
-    return "".join(letter for _, letter in sentence_initial_spans(text))
+def sentence_initials(text: str, chunk: int = 1 << 16) -> str:
+    """``Phi(text)``: the upper-cased first letter of every sentence, in order. The text is read
+    in chunks of ``chunk`` characters, so only the letters are kept (one byte per sentence)."""
+    state, letters = START, []
+    for start in range(0, len(text), chunk):
+        state, found = advance(state, text[start:start + chunk])
+        letters.append("".join(letter for _, letter in found))
+    return "".join(letters)

@@ -8,9 +8,14 @@ p-value that is valid under that null:
   ``T`` is a uniform random ``|T|``-subset of ``P``, so under H0 (text independent of the
   key) ``X ~ Hypergeometric(|P|, |T|, n)`` exactly.
 * **WIP**: ``X`` = unique word-initial tokens whose first letter is in ``L``, ``n`` = unique
-  word-initial tokens, ``p0 = sum_{a in L} f_a`` (vocabulary letter fractions). The exact
-  p-value is ``P(X' >= X)`` over uniformly random ``|L|``-letter keys given the text's 26
-  letter counts (a small dynamic program): valid whatever the text's letter frequencies.
+  word-initial tokens, ``p0 = sum_{a in L} f_a`` (vocabulary letter fractions) for the paper's z.
+  The decision statistic is the excess over English, ``D = sum_{a in L} (c_a - n e_a)`` with
+  ``c_a`` the text's unique word-initial tokens starting with ``a`` and ``e_a`` the first-letter
+  distribution of English words (:func:`english_initial_frequencies`); its exact p-value is
+  ``P(D' >= D)`` over all ``C(26, |L|)`` keys on the same text (a dynamic program over the 26
+  letters): valid whatever the text's letter frequencies, and more powerful than ranking keys
+  by ``X`` (``benchmarks/wip_power.py``), because a key of letters that are frequent in English
+  no longer scores as high as the answer's key.
 * **SA**: ``X = LCS(S, Phi(y))``; the paper's z uses the mean and sample sd of the LCS over
   ``N = 1000`` random permutations of ``Phi(y)``. The p-value is a Monte Carlo estimate of
   ``P(LCS(S', Phi(y)) >= X)`` over random secrets ``S'`` drawn like keys, reported as
@@ -27,19 +32,26 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from scipy.special import gammaln
 
 from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
-from .text import sentence_initial_spans
+from .lcs import lcs_alignment, lcs_lengths, letter_codes, null_secret_masks, permutation_null, secret_table
+from .text import sentence_initial_spans, sentence_initials
 from .vocab import ALPHABET, VocabularyView, vocabulary
+from .wip import (  # noqa: F401  (re-exported: the WIP statistics are part of the verifier's API)
+    WIP_SCORE_STEP,
+    english_initial_frequencies,
+    wip_excess_test,
+    wip_key_null_sf,
+    wip_letter_counts,
+    wip_letter_scores,
+)
 
 DEFAULT_ALPHA = 0.01
 DEFAULT_MAX_CHARS = 100_000
@@ -50,16 +62,18 @@ SMALL_SAMPLE = 20
 
 STATISTICS = {
     "tsp": "X = number of distinct tokens of the text (within the candidate pool P) that are in the green set T",
-    "wip": "X = number of distinct word-initial tokens whose first letter is a green letter",
+    "wip": "D = sum over the green letters a of (c_a - n e_a), in steps of 0.05: c_a distinct word-initial tokens "
+           "starting with a, n all of them, e_a the English word-initial letter distribution; z_score is the "
+           "paper's z of X = sum of c_a over the green letters",
     "sa": "X = length of the longest common subsequence of the secret and the sentence-initial letters",
 }
 NULL_HYPOTHESES = {
     "tsp": "the text is independent of the key: T is a uniform random subset of P, so X ~ Hypergeometric(|P|, |T|, n)",
-    "wip": "the text is independent of the key: the green letters are a uniform random subset of the alphabet",
+    "wip": "the text is independent of the key: the green letters are a uniform random |L|-subset of the alphabet",
     "sa": "the text is independent of the key: the secret is a random string from the key's letter pool",
 }
-_ASCII_LETTER = re.compile(r"[A-Za-z]")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+_NOT_ASCII_LETTER = bytes(b for b in range(128) if not chr(b).isalpha())
+_ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _EMPTY_NOTE = "empty text: nothing to score"
 _NON_ENGLISH_NOTE = "mostly non-English text: only its English (ASCII) part is scored, so the test has little power"
@@ -130,58 +144,6 @@ def z_statistic(x: int, n: int, p0: float) -> float:
     return 0.0 if n == 0 else (x - n * p0) / math.sqrt(n * p0 * (1.0 - p0))
 
 
-def wip_key_null_sf(counts: np.ndarray, num_letters: int | np.ndarray, x: int | np.ndarray) -> float | np.ndarray:
-    """``P(X' >= x)`` where ``X'`` sums the letter counts of a uniformly random
-    ``num_letters``-subset of the 26 letters (exact, by dynamic programming).
-
-    ``counts`` is ``(26,)`` for one text (returns a float) or ``(B, 26)`` for a batch, with
-    ``num_letters`` and ``x`` scalars or ``(B,)``: texts of similar length share one 26-step
-    knapsack, in chunks whose tables stay under ``_DP_BUDGET`` floats.
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    single = counts.ndim == 1
-    counts = np.atleast_2d(counts)
-    batch = len(counts)
-    letters = np.broadcast_to(np.asarray(num_letters, dtype=np.int64), (batch,))
-    x = np.broadcast_to(np.asarray(x, dtype=np.int64), (batch,))
-    # Only sums below x matter: P(X' >= x) = 1 - #{subsets with sum < x} / C(26, |L|), and every
-    # count is an integer below 2**53, so the subtraction is exact.
-    widths = np.minimum(np.maximum(x, 0), counts.sum(1) + 1)
-    order = np.argsort(widths, kind="stable")  # similar widths together: little padding
-    out = np.empty(batch)
-    start = 0
-    while start < batch:
-        stop = start + 1
-        while stop < batch and (stop + 1 - start) * 27 * (2 * int(widths[order[stop]]) + 1) <= _DP_BUDGET:
-            stop += 1
-        rows = order[start:stop]
-        out[rows] = _key_null_tails(counts[rows], letters[rows], widths[rows])
-        start = stop
-    return float(out[0]) if single else out
-
-
-_DP_BUDGET = 1 << 22
-
-
-def _key_null_tails(counts: np.ndarray, letters: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``P(X' >= x)`` per text, for ``0 <= x <= n + 1``."""
-    total = np.array([math.comb(26, int(k)) for k in letters], dtype=np.float64)
-    width = int(x.max())
-    if width == 0:
-        return np.ones(len(counts))
-    pad = min(int(counts.max()), width)
-    # ways[b, l, pad + s]: l-letter subsets of the letters seen so far whose counts sum to s < width;
-    # the left padding of zeros lets every text shift by its own count through one window view
-    ways = np.zeros((len(counts), int(letters.max()) + 1, pad + width))
-    ways[:, 0, pad] = 1.0
-    rows = np.arange(len(counts))
-    for c in np.minimum(counts, pad).T:  # a count >= width moves every sum past the window
-        windows = np.lib.stride_tricks.sliding_window_view(ways[:, :-1, :], width, axis=2)
-        ways[:, 1:, pad:] += windows[rows, :, pad - c]
-    below = np.where(np.arange(width)[None, :] < x[:, None], ways[rows, letters, pad:], 0.0).sum(1)
-    return (total - below) / total
-
-
 def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """``P(X >= x)`` for ``X ~ Hypergeometric(population, successes, draws)``, element-wise.
 
@@ -207,117 +169,6 @@ def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray
 
 def _log_comb(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return gammaln(a + 1.0) - gammaln(b + 1.0) - gammaln(a - b + 1.0)
-
-
-def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) -> np.ndarray:
-    """Bit-parallel LCS (Allison-Dix / Hyyro) of many secrets against many letter strings.
-
-    Args:
-        secret_masks: ``(R, 26)`` unsigned ints; bit ``i`` of ``[r, c]`` is set when secret ``r``
-            has letter ``c`` at position ``i`` (secrets up to 63 letters).
-        text_codes: ``(R, m)`` letter codes 0-25 (the rows are aligned with the secrets;
-            broadcasting a single row of either is allowed).
-        width: the secrets' length.
-
-    Returns:
-        ``(R,)`` LCS lengths.
-    """
-    dtype = _mask_dtype(width)
-    secret_masks = secret_masks.astype(dtype, copy=False)
-    rows = max(secret_masks.shape[0], text_codes.shape[0])
-    full = dtype((1 << width) - 1)
-    if secret_masks.shape[0] == 1:  # one secret, many texts: gather from a 26-entry table
-        table = secret_masks[0]
-        columns = (table[c] for c in np.ascontiguousarray(text_codes.T))
-    elif text_codes.shape[0] == 1:  # many secrets, one text: one contiguous row per letter
-        by_letter = np.ascontiguousarray(secret_masks.T)
-        columns = (by_letter[c] for c in text_codes[0])
-    else:
-        columns = (secret_masks[np.arange(rows), text_codes[:, j]] for j in range(text_codes.shape[1]))
-    v, u, w = np.full(rows, full, dtype=dtype), np.empty(rows, dtype), np.empty(rows, dtype)
-    for match in columns:  # v <- ((v + u) | (v - u)) & full with u = v & match, in place
-        np.bitwise_and(v, match, out=u)
-        np.add(v, u, out=w)
-        np.subtract(v, u, out=v)
-        np.bitwise_or(v, w, out=v)
-        np.bitwise_and(v, full, out=v)
-    return width - np.bitwise_count(v).astype(np.int64)
-
-
-def _mask_dtype(width: int) -> type[np.unsignedinteger]:
-    """The narrowest word that holds ``width`` bits plus the carry of ``v + u``: 32-bit words
-    halve the memory traffic for the paper's 18-letter secrets."""
-    if not 0 < width <= 63:
-        raise ValueError(f"secrets of 1 to 63 letters are supported, got {width}")
-    return np.uint32 if width <= 31 else np.uint64
-
-
-def _secret_masks(codes: np.ndarray) -> np.ndarray:
-    """``(R, k)`` letter codes -> ``(R, 26)`` position bitmasks."""
-    masks = np.zeros((codes.shape[0], 26), dtype=np.uint64)
-    rows = np.arange(codes.shape[0])
-    for i in range(codes.shape[1]):
-        masks[rows, codes[:, i]] |= np.uint64(1 << i)
-    return masks
-
-
-@lru_cache(maxsize=256)
-def _secret_table(secret: str) -> np.ndarray:
-    """``(1, 26)`` position bitmasks of one secret, cached: a detector reuses its key."""
-    return _secret_masks(_codes(secret)[None, :]).astype(_mask_dtype(len(secret)))
-
-
-def _permutations(length: int, count: int) -> np.ndarray:
-    """``count`` random orderings of ``range(length)``, drawn once per (length, count) and
-    reused for every text: a permutation null only needs orderings independent of the text.
-    Cached for the usual lengths only, so a few very long texts cannot pin much memory."""
-    return _cached_permutations(length, count) if length <= 256 else _draw_permutations(length, count)
-
-
-def _draw_permutations(length: int, count: int) -> np.ndarray:
-    rng = _rng("permutations", length, count)
-    return rng.permuted(np.tile(np.arange(length, dtype=np.int32), (count, 1)), axis=1)
-
-
-_cached_permutations = lru_cache(maxsize=128)(_draw_permutations)
-
-
-@lru_cache(maxsize=64)
-def _null_secret_masks(length: int, pool: str, count: int) -> np.ndarray:
-    """Masks of ``count`` random secrets, drawn once per (length, pool, count) and reused:
-    the draws are independent of every text and key, which is all a Monte Carlo test needs."""
-    draws = _rng("null-secrets", length, pool, count).integers(0, len(pool), size=(count, length))
-    masks = _secret_masks(_codes(pool)[draws]).astype(_mask_dtype(length))
-    return np.ascontiguousarray(masks.T)  # (26, count): one row per letter
-
-
-def _codes(letters: str) -> np.ndarray:
-    return np.frombuffer(letters.encode("ascii"), dtype=np.uint8).astype(np.int64) - 65
-
-
-def _lcs_alignment(secret: str, phi: str) -> set[int]:
-    """Positions of ``phi`` used by one longest common subsequence with ``secret``."""
-    k, m = len(secret), len(phi)
-    table = np.zeros((k + 1, m + 1), dtype=np.int32)
-    for i in range(1, k + 1):
-        for j in range(1, m + 1):
-            table[i, j] = table[i - 1, j - 1] + 1 if secret[i - 1] == phi[j - 1] else max(table[i - 1, j], table[i, j - 1])
-    used, i, j = set(), k, m
-    while i and j:
-        if secret[i - 1] == phi[j - 1]:
-            used.add(j - 1)
-            i, j = i - 1, j - 1
-        elif table[i - 1, j] >= table[i, j - 1]:
-            i -= 1
-        else:
-            j -= 1
-    return used
-
-
-def _rng(*parts: Any) -> np.random.Generator:
-    """A generator seeded by the content, so the same text and key always give the same result."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 # -------------------------------------------------------------------------- helpers
@@ -354,18 +205,18 @@ def _text_note(text: str) -> str | None:
         return _EMPTY_NOTE
     if text.isascii():
         return None
-    ascii_letters = len(_ASCII_LETTER.findall(text))
-    other_letters = sum(c.isalpha() for c in "".join(_NON_ASCII.findall(text)))
+    # Counted without a list of matches: findall held one pointer per letter (~8 bytes a character).
+    ascii_letters = len(text.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
+    other_letters = sum(map(str.isalpha, _ASCII_RUNS.sub("", text)))
     if other_letters > ascii_letters:
         return _NON_ENGLISH_NOTE
     return None
 
 
 def _resolve_view(key: ICWKey, tokenizer: Any) -> tuple[Any, VocabularyView]:
-    if tokenizer is None:
-        from .models import load_tokenizer
+    from .models import resolve_tokenizer
 
-        tokenizer = load_tokenizer(key.tokenizer)
+    tokenizer = resolve_tokenizer(key.tokenizer if tokenizer is None else tokenizer)
     return tokenizer, key.check_tokenizer(tokenizer)
 
 
@@ -393,7 +244,7 @@ def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean:
 def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
                         text: str, alpha: float) -> tuple[VerificationResult, tuple]:
     """Score one text; the exact p-value is left to the caller, who computes the tails of a whole
-    batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, |L|, x)`` (WIP)."""
+    batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, 26 key letters)`` (WIP)."""
     scored, green = scored_mask(key, view), green_mask(key, view)
     arr = np.asarray(ids, dtype=np.int64)
     arr = arr[(arr >= 0) & (arr < view.size)]
@@ -410,8 +261,11 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
         letters = [ord(c) - 65 for c in key.green_letters]
         p0 = float(view.letter_fractions[letters].sum())
         counts = np.bincount(view.word_letter[unique].astype(np.int64), minlength=26)
-        p, tail = float("nan"), (counts, key.num_letters, x)
-        method = f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys"
+        green_letters = np.zeros(26, dtype=bool)
+        green_letters[letters] = True
+        p, tail = float("nan"), (counts, green_letters)
+        method = (f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys "
+                  f"(knapsack over the 26 letters)")
     highlights = None
     if offsets is not None:
         labels = _LABELS[key.family]
@@ -425,28 +279,28 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
 def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_permutations: int,
               num_null_keys: int) -> VerificationResult:
     secret = key.secret_string
-    spans = sentence_initial_spans(text)
-    phi = "".join(letter for _, letter in spans)
+    spans = sentence_initial_spans(text) if want_highlights else None  # else keep the letters only
+    phi = "".join(letter for _, letter in spans) if want_highlights else sentence_initials(text)
     m, k = len(phi), len(secret)
     note = _text_note(text)
     if m == 0:
         return _result(key, alpha, 0.0, 1.0, 0, 0, 0.0, 0.0, None, "no sentence to score", note,
                        highlights=[] if want_highlights else None)
-    secret_masks = _secret_table(secret)
-    phi_codes = _codes(phi)
+    secret_masks = secret_table(secret)
+    phi_codes = letter_codes(phi)
     x = int(lcs_lengths(secret_masks, phi_codes[None, :], k)[0])
-    null = lcs_lengths(secret_masks, phi_codes[_permutations(m, num_permutations)], k)
+    null = permutation_null(secret, phi_codes, num_permutations)
     mean, sd = float(null.mean()), float(null.std(ddof=1))  # sample sd, as the reference
     z = (x - mean) / sd if sd > 0 else 0.0
     perm_p = (int((null >= x).sum()) + 1) / (num_permutations + 1)
     pool = SA_POOL if set(secret) <= set(SA_POOL) else ALPHABET
-    key_null = lcs_lengths(_null_secret_masks(k, pool, num_null_keys).T, phi_codes[None, :], k)
+    key_null = lcs_lengths(null_secret_masks(k, pool, num_null_keys).T, phi_codes[None, :], k)
     p = (int((key_null >= x).sum()) + 1) / (num_null_keys + 1)
     method = (f"Monte Carlo over {num_null_keys:,} random {k}-letter secrets from the {len(pool)}-letter pool "
               f"(resolution {1 / (num_null_keys + 1):.1e})")
     highlights = None
     if want_highlights:
-        used = _lcs_alignment(secret, phi)
+        used = lcs_alignment(secret, phi)
         labels = _LABELS["sa"]
         highlights = [Highlight(pos, pos + 1, text[pos], j in used, labels[0] if j in used else labels[1])
                       for j, (pos, _) in enumerate(spans)]
@@ -471,8 +325,9 @@ def verify(
     Args:
         texts: one text or a list of texts.
         keys: one key shared by all texts, or one key per text (families may be mixed).
-        tokenizer: the tokenizer TSP/WIP keys were built for; when omitted, the key's own
-            tokenizer name is loaded (embedded aliases work offline). SA needs none.
+        tokenizer: the tokenizer TSP/WIP keys were built for, or its name (``"qwen3"``, a folder);
+            when omitted, the key's own tokenizer name is loaded (embedded aliases work offline).
+            SA needs none.
         alpha: significance level for ``is_watermarked``.
         highlights: also return the counted spans with character offsets.
         max_chars: texts longer than this raise :class:`TextTooLongError`.
@@ -510,8 +365,8 @@ def verify(
             x, pool, size, n = np.array(list(tails["tsp"].values())).T
             p_values.update(zip(tails["tsp"], np.where(n > 0, hypergeom_tails(x, pool, size, n), 1.0), strict=True))
         if tails["wip"]:
-            counts, letters, x = (np.array(v) for v in zip(*tails["wip"].values(), strict=True))
-            p_values.update(zip(tails["wip"], wip_key_null_sf(counts, letters, x), strict=True))  # n = 0: p = 1
+            counts, green = (np.array(v) for v in zip(*tails["wip"].values(), strict=True))
+            p_values.update(zip(tails["wip"], wip_excess_test(counts, green)[1], strict=True))
         for i, p in p_values.items():
             results[i].p_value = min(float(p), 1.0)
             results[i].is_watermarked = results[i].p_value <= alpha

@@ -55,6 +55,10 @@ def _ascii_surface(raw: bytes | str) -> str:
     return "".join(c if ord(c) < 128 else NON_ASCII for c in raw)
 
 
+class UnsupportedTokenizerError(ValueError):
+    """A tokenizer whose decoder icw cannot map to token surfaces (e.g. WordPiece)."""
+
+
 def _decoder_kind(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
@@ -62,14 +66,17 @@ def _decoder_kind(tokenizer) -> str:
             f"{type(tokenizer).__name__} is not a fast (tokenizers-backed) tokenizer; "
             "load it with AutoTokenizer.from_pretrained(...) so icw can read its vocabulary."
         )
-    spec = json.dumps(json.loads(backend.to_str()).get("decoder"))
+    decoder = json.loads(backend.to_str()).get("decoder")
+    spec = json.dumps(decoder)
     if '"ByteLevel"' in spec:
         return "byte_level"
     if '"Metaspace"' in spec or "\\u2581" in spec or "\u2581" in spec:
         return "metaspace"
-    raise NotImplementedError(
-        f"icw supports byte-level BPE and SentencePiece-style tokenizers; the decoder of "
-        f"{getattr(tokenizer, 'name_or_path', tokenizer)!r} is {spec[:120]}."
+    kind = decoder.get("type") if isinstance(decoder, dict) else None
+    raise UnsupportedTokenizerError(
+        f"tokenizer {tokenizer_name(tokenizer)!r} has a {kind or 'missing'} decoder; icw supports byte-level BPE "
+        "tokenizers (GPT-2, Qwen, SmolLM, Llama 3) and SentencePiece-style ones (Metaspace or byte fallback: "
+        "Llama 2, Mistral, T5), not WordPiece (BERT) or others. Use a tokenizer of the model that writes the text."
     )
 
 
@@ -143,6 +150,15 @@ def tokenizer_name(tokenizer) -> str:
     return getattr(tokenizer, "icw_alias", None) or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
+def special_ids(tokenizer) -> set[int]:
+    """Ids that ``decode(..., skip_special_tokens=True)`` drops: ``all_special_ids`` and every added
+    token marked ``special`` (SmolLM2's ``<filename>``, ``<gh_stars>``, ... are special added tokens
+    that ``all_special_ids`` does not list)."""
+    ids = {int(i) for i in tokenizer.all_special_ids}
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return ids | {int(i) for i, token in decoder.items() if getattr(token, "special", False)}
+
+
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -157,13 +173,17 @@ def vocabulary(tokenizer) -> VocabularyView:
     """
     if isinstance(tokenizer, VocabularyView):
         return tokenizer
+    if isinstance(tokenizer, str):
+        from .models import resolve_tokenizer
+
+        tokenizer = resolve_tokenizer(tokenizer)
     try:
         return _CACHE[tokenizer]
     except (KeyError, TypeError):
         pass
     size = len(tokenizer)
     tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
-    special = {int(i) for i in tokenizer.all_special_ids}
+    special = special_ids(tokenizer)
     added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
     # Special tokens vanish from decoded text; added non-special tokens (e.g. "<think>") stay.
     surfaces = _surfaces(tokenizer, tokens, special)

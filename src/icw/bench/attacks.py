@@ -227,14 +227,13 @@ def attack_family(store: Any, model: str, family: str, attacks: Sequence[Attack]
                and r.get("attack", "none") == "none" and not r.get("error")]
     sources.sort(key=lambda r: r["id"])
     written = 0
-    tokenizers: dict[str, Any] = {}
     for attack in attacks:
         todo = [r for r in sources if not store.done({**r, "attack": attack.name})]
         for start in tqdm(range(0, len(todo), chunk), desc=f"{family} {attack.name}", disable=not todo):
             part = todo[start : start + chunk]
             texts, errors = attack([r["response"] for r in part])
             ok = [i for i, t in enumerate(texts) if t is not None]
-            scores = dict(zip(ok, score_texts([texts[i] for i in ok], [part[i]["key"] for i in ok], tokenizers),
+            scores = dict(zip(ok, score_texts([texts[i] for i in ok], [part[i]["key"] for i in ok]),
                               strict=True))
             rows = []
             for i, source in enumerate(part):

@@ -25,18 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from ..keys import FAMILIES, FAMILY_NAMES, ICWKey, check_family
+from ..citation import BIBTEX
+from ..jsonl import read_json_object
+from ..keys import FAMILIES, FAMILY_NAMES, TEST_SEED_START, TRAIN_SEED_START, ICWKey, check_family
+from ..questions import QUESTION_FIELDS, bundled_questions_path, read_questions
 
-#: Key seeds of test rows start here, train rows at TRAIN_SEED_START: disjoint for < 1,000,000 rows.
-TEST_SEED_START = 0
-TRAIN_SEED_START = 1_000_000
 LFQA_ID = "vblagoje/lfqa"
+#: ICWBench's Hub id: the runner's default dataset and the one model cards cite.
+ICWBENCH_ID = "icw/ICWBench"
 COLUMNS = ("id", "family", "seed", "key", "instruction", "query", "query_source")
 _BUILD_FILE = "icwbench_build.json"
-
-
-def bundled_questions_path() -> Path:
-    return Path(__file__).resolve().parents[1] / "data" / "questions.jsonl"
 
 
 @dataclass
@@ -45,7 +43,7 @@ class BenchBuildConfig:
 
     out: str = field(metadata={"help": "output folder"})
     questions: str | None = field(default=None, metadata={
-        "help": "question file: JSON Lines with a 'question' (or 'query') field, or plain text, one per line "
+        "help": "question file: JSON Lines with a 'question', 'query' or 'title' field, or plain text, one per line "
                 "(default: the bundled icw question file)"})
     lfqa: bool = field(default=False, metadata={"help": f"take queries from {LFQA_ID} on the Hub (online)"})
     num_test: int | None = field(default=None, metadata={
@@ -73,36 +71,14 @@ class BenchBuildConfig:
             raise ValueError("--num-test must be at least 1")
         if (self.num_test or 0) > TRAIN_SEED_START - TEST_SEED_START:
             raise ValueError(f"--num-test above {TRAIN_SEED_START - TEST_SEED_START:,} would overlap the train seeds")
+        if "tsp" in self.families:  # the key's own checks, before anything is read or written
+            try:
+                ICWKey("tsp", 0, gamma=self.gamma, pool_size=self.pool_size, tokenizer="-", vocab="-")
+            except ValueError as err:
+                raise ValueError(f"--gamma/--pool-size: {err}") from None
 
 
 # --------------------------------------------------------------------------- queries
-def read_questions(path: str | Path) -> list[tuple[str, str]]:
-    """``(query, source)`` pairs from a JSON Lines or plain-text question file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"question file {path} not found")
-    name = "icw-questions" if path.resolve() == bundled_questions_path() else path.stem
-    out: list[tuple[str, str]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-            text = row.get("question", row.get("query")) if isinstance(row, dict) else None
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{path}:{number}: expected a string 'question' or 'query' field")
-            out.append((text.strip(), f"{name}:{row.get('id', number - 1)}"))
-        else:
-            out.append((line, f"{name}:{number - 1}"))
-    if not out:
-        raise ValueError(f"question file {path} holds no questions")
-    return out
-
-
 def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
                  dataset_id: str = LFQA_ID) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Test queries sampled from LFQA's test split (topped up from validation), train from its train split.
@@ -114,9 +90,9 @@ def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
     def pairs(split: str) -> list[tuple[str, str]]:
         ds = datasets.load_dataset(dataset_id, split=split)
         # LFQA (ELI5-derived) keeps the question in "title"; accept the usual alternatives too
-        column = next((c for c in ("title", "question", "query") if c in ds.column_names), None)
+        column = next((c for c in QUESTION_FIELDS if c in ds.column_names), None)
         if column is None:
-            raise ValueError(f"{dataset_id}[{split}] has no question column (looked for title, question, query)")
+            raise ValueError(f"{dataset_id}[{split}] has no question column (looked for {', '.join(QUESTION_FIELDS)})")
         return [(q.strip(), f"lfqa:{split}:{i}") for i, q in enumerate(ds[column]) if q and q.strip()]
 
     rng = np.random.default_rng(seed)
@@ -203,10 +179,12 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
     tokenizer = load_tokenizer(config.tokenizer)
     settings = {**asdict(config), "out": None, "families": list(config.families),
                 "queries": hashlib.sha256(json.dumps([test_q, train_q]).encode()).hexdigest()[:16]}
+    for family in config.families:  # one key per family now: a bad setting fails before the folder exists
+        build_rows(family, "test", test_q[:1], tokenizer, config.pool_size, config.gamma)
     done: dict[str, Any] = {}
     record = out / _BUILD_FILE
     if record.is_file():
-        previous = json.loads(record.read_text(encoding="utf-8"))
+        previous = read_json_object(record)
         if previous.get("settings") == settings:
             done = previous.get("written", {})
     out.mkdir(parents=True, exist_ok=True)
@@ -216,8 +194,8 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
         for split, queries in (("test", test_q), ("train", train_q)):
             path = out / family / f"{split}-00000-of-00001.parquet"
             counts[family][split] = len(queries)
-            if done.get(f"{family}/{split}") == len(queries) and path.is_file():
-                continue
+            if not queries or (done.get(f"{family}/{split}") == len(queries) and path.is_file()):
+                continue  # an empty split (--num-train 0) has no file; the card lists only written splits
             _write_parquet(build_rows(family, split, queries, tokenizer, config.pool_size, config.gamma, progress),
                            path, progress)
             done[f"{family}/{split}"] = len(queries)
@@ -227,11 +205,6 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
 
 
 # ------------------------------------------------------------------------------ card
-_CITATION = """@article{liu2026icwsd,
-  title={Learning to Follow In-Context Watermark Instructions via Self-Distillation},
-  author={Liu, Yepeng and Chen, Tianyi and Zhao, Xuandong and Song, Dawn and Bu, Yuheng},
-  year={2026}
-}"""
 
 
 def card_metadata(families: list[str], counts: dict[str, dict[str, int]], lfqa: bool) -> dict[str, Any]:
@@ -327,7 +300,7 @@ ROC-AUC and TPR at 1% FPR of the verifier's z (`icw bench run` and `icw bench re
 ## Citation
 
 ```bibtex
-{_CITATION}
+{BIBTEX}
 ```
 """
 

@@ -1,9 +1,9 @@
 """Answer quality for ICWBench: reference-model perplexity and LLM-as-a-judge scores.
 
-* Perplexity of a response ``y`` to query ``q`` under a reference model ``M``:
-  ``PPL = exp(-1/|y| * sum_t log p_M(y_t | chat(q), y_<t))``, i.e. the response is scored
-  after the query rendered with ``M``'s chat template (the paper used two large models; the
-  default here is the embedded SmolLM2, any transformers model can be named).
+* Perplexity of a response ``y`` to query ``q`` under a reference model ``M``
+  (:func:`icw.perplexity.perplexities`: the response scored after the query rendered with
+  ``M``'s chat template; the paper used two large models, the default here is the embedded
+  SmolLM2, any transformers model can be named). An empty response is stored with value ``null``.
 * Judge: an OpenAI-compatible chat model rates Relevance, Clarity, Informativeness and
   Factual Correctness from 1 to 5. Replies are parsed robustly (JSON, ``name: n`` lines, or
   four bare digits); an unparsable reply is retried and, if it stays unparsable, recorded
@@ -16,12 +16,12 @@ Results go to ``RUN_DIR/quality.jsonl`` keyed like the responses (with ``attack`
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
+
+from ..perplexity import perplexities
 
 JUDGE_DIMENSIONS = ("relevance", "clarity", "informativeness", "factual_correctness")
 JUDGE_PROMPT = """You are grading an assistant's answer to a user's question.
@@ -43,54 +43,6 @@ Reply with one JSON object and nothing else, for example:
 
 
 # ------------------------------------------------------------------------------- perplexity
-def perplexities(model: Any, tokenizer: Any, queries: Sequence[str], responses: Sequence[str],
-                 batch_size: int = 4) -> list[float | None]:
-    """Perplexity of each response given its query under ``model`` (None for an empty response).
-
-    Example:
-        >>> from icw.models import load_model
-        >>> model, tok = load_model()
-        >>> [round(p) > 1 for p in perplexities(model, tok, ["Say hi."], ["Hi! How can I help you today?"])]
-        [True]
-    """
-    import torch
-
-    from ..generation import chat_prompt
-
-    if len(queries) != len(responses):
-        raise ValueError(f"got {len(queries)} queries and {len(responses)} responses")
-    rows = []
-    for query, response in zip(queries, responses, strict=True):
-        prompt = tokenizer(chat_prompt(tokenizer, query), add_special_tokens=False)["input_ids"]
-        answer = tokenizer(response, add_special_tokens=False)["input_ids"] if response else []
-        rows.append((prompt, answer))
-    limit = getattr(model.config, "max_position_embeddings", None) or 1 << 30
-    out: list[float | None] = [None] * len(rows)
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    order = [i for i, (_, a) in enumerate(rows) if a]
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
-        seqs, masks = [], []
-        for i in batch:
-            prompt, answer = rows[i]
-            ids = (prompt + answer)[-limit:]  # keep the response; trim the prompt's front if too long
-            seqs.append(ids)
-            masks.append([0] * (len(ids) - len(answer)) + [1] * len(answer))
-        width = max(map(len, seqs))
-        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=device)
-        attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=device)
-        scored = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=device, dtype=torch.float32)
-        with torch.inference_mode():
-            logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), input_ids[:, 1:], reduction="none")
-        weight = scored[:, 1:]
-        mean = (nll * weight).sum(1) / weight.sum(1).clamp(min=1)
-        for i, value in zip(batch, mean.tolist(), strict=True):
-            out[i] = math.exp(value)
-    return out
-
-
 def perplexity_family(store: Any, quality: Any, model_id: str, family: str, reference: str,
                       batch_size: int = 4) -> int:
     """Perplexity of every finished, unattacked positive of ``family`` under ``reference``."""

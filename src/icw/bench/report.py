@@ -3,9 +3,15 @@
 Writes into the run directory:
 
 * ``results.json``: the summary the model-card command reads (format: results_schema);
-* ``report.md``: detection in the layout of the paper's Table 2 (AUC and TPR@1%FPR per
-  family), quality in the layout of Table 3 (perplexity per reference model, the four judge
+* ``report.md``: detection in the layout of the paper's Table 2 (ROC-AUC and TPR@1%FPR per
+  family), the verdict-based TPR and FPR of the exact p-values at ``alpha`` with Clopper-Pearson
+  intervals, quality in the layout of Table 3 (perplexity per reference model, the four judge
   scores and their mean), mean z of positives vs negatives, and AUC after each attack;
+
+TPR@1%FPR needs at least :data:`MIN_NEGATIVES_FOR_TPR_AT_1FPR` negatives: with fewer, the 1% point of
+the negatives is the largest negative itself, so it is reported as not estimable (``null`` in
+``results.json``) rather than as a misleading 1.000 [1.000, 1.000]. Every number comes with its
+interval.
 * ``roc_<family>.png`` and ``z_hist_<family>.png`` (matplotlib, Agg backend).
 
 All statistics come from :func:`icw.detection.detection_report` on paired scores.
@@ -21,20 +27,49 @@ from typing import Any
 
 import numpy as np
 
+from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES
 from .quality import JUDGE_DIMENSIONS
 from .runner import QUALITY, RESPONSES, RUN_CONFIG, load_records
 from .scoring import detection_summary, paired_scores
 
+#: Below this many negatives an empirical 1% false-positive threshold does not exist.
+MIN_NEGATIVES_FOR_TPR_AT_1FPR = 100
+_NOT_ESTIMABLE = "not estimable"
 _JUDGE_SHORT = {"relevance": "R", "clarity": "C", "informativeness": "I", "factual_correctness": "FC"}
 
 
-def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
+def verdict_rates(records: list[dict[str, Any]], family: str, alpha: float, confidence: float = 0.95
+                  ) -> dict[str, Any] | None:
+    """Verdict-based TPR and FPR at ``alpha`` (``p_value <= alpha``) on the paired queries of one family,
+    each with a Clopper-Pearson interval (``scipy.stats.binomtest``)."""
+    from scipy.stats import binomtest
+
+    pos: dict[str, float] = {}
+    neg: dict[str, float] = {}
+    for r in records:
+        if r.get("family") != family or r.get("p_value") is None or r.get("attack", "none") != "none":
+            continue
+        (pos if r["role"] == "positive" else neg)[r["id"]] = r["p_value"]
+    ids = sorted(set(pos) & set(neg))
+    if not ids:
+        return None
+    out: dict[str, Any] = {"alpha": alpha, "confidence": confidence}
+    for name, scores in (("tpr", pos), ("fpr", neg)):
+        hits = sum(scores[i] <= alpha for i in ids)
+        ci = binomtest(hits, len(ids)).proportion_ci(confidence_level=confidence, method="exact")
+        out[f"verdict_{name}"], out[f"verdict_{name}_ci"] = hits / len(ids), [float(ci.low), float(ci.high)]
+    return out
+
+
+def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.01) -> dict[str, Any]:
     """The ``results.json`` object of a run directory."""
     run_dir = Path(run_dir)
     if not (run_dir / RESPONSES).exists():
         raise ValueError(f"{run_dir} has no {RESPONSES}: pass the --out folder of an `icw bench run`")
-    config = json.loads((run_dir / RUN_CONFIG).read_text(encoding="utf-8")) if (run_dir / RUN_CONFIG).exists() else {}
+    if not isinstance(num_bootstrap, int) or isinstance(num_bootstrap, bool) or num_bootstrap < 1:
+        raise ValueError(f"--num-bootstrap must be a whole number >= 1 (e.g. 1000), got {num_bootstrap!r}")
+    config = read_json_object(run_dir / RUN_CONFIG) if (run_dir / RUN_CONFIG).exists() else {}
     records = load_records(run_dir)
     quality = load_records(run_dir, QUALITY) if (run_dir / QUALITY).exists() else []
     models = sorted({r["model"] for r in records})
@@ -51,6 +86,11 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
         summary = detection_summary(pos, neg, num_bootstrap=num_bootstrap)
         if summary is None:
             continue
+        if summary["num_negative"] < MIN_NEGATIVES_FOR_TPR_AT_1FPR:
+            summary["tpr_at_fpr"], summary["tpr_at_fpr_ci"] = None, None
+            summary["tpr_at_fpr_note"] = (f"not estimable: {summary['num_negative']} negatives, "
+                                           f"at least {MIN_NEGATIVES_FOR_TPR_AT_1FPR} are needed")
+        summary.update(verdict_rates(records, family, alpha) or {})
         summary["ppl"], summary["ppl_by_model"] = _perplexity(quality, family)
         summary["judge"], summary["judge_failures"] = _judge(quality, family)
         attacks = sorted({r["attack"] for r in records if r["family"] == family and r.get("attack", "none") != "none"})
@@ -59,7 +99,8 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000) -> dict[str, Any]:
             apos, aneg = paired_scores(records, family, attack)
             got = detection_summary(apos, aneg, num_bootstrap=num_bootstrap)
             if got:
-                summary["attacks"][attack] = {"auc": got["auc"], "tpr_at_1fpr": got["tpr_at_1fpr"],
+                estimable = got["num_negative"] >= MIN_NEGATIVES_FOR_TPR_AT_1FPR
+                summary["attacks"][attack] = {"roc_auc": got["roc_auc"], "tpr_at_fpr": got["tpr_at_fpr"] if estimable else None,
                                               "num_positive": got["num_positive"],
                                               "mean_z_positive": got["mean_z_positive"]}
         result["families"][family] = summary
@@ -90,6 +131,18 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def _with_ci(value: Any, ci: Any, digits: int = 3) -> str:
+    """``value [lo, hi]``; ``not estimable`` when the value is missing."""
+    if value is None:
+        return _NOT_ESTIMABLE
+    return f"{_fmt(value, digits)} [{_fmt(ci[0], digits)}, {_fmt(ci[1], digits)}]" if ci else _fmt(value, digits)
+
+
+def _tpr_label(summary: dict[str, Any]) -> str:
+    """``TPR@1%FPR`` for the rate the summary was computed at (results before ``fpr`` was stored: 1%)."""
+    return f"TPR@{100 * summary.get('fpr', 0.01):g}%FPR"
+
+
 def markdown(result: dict[str, Any]) -> str:
     """Tables 2 and 3 of the paper for one model, plus mean z and attacks."""
     fams = [f for f in FAMILIES if f in result["families"]]
@@ -99,19 +152,27 @@ def markdown(result: dict[str, Any]) -> str:
              f"Dataset `{result.get('dataset')}`, mode `{result.get('mode')}`, "
              f"max new tokens {result.get('max_new_tokens')}.", ""]
     lines += ["## Detection (paper Table 2)", "",
-              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} TPR@1%FPR" for f in fams) + " |",
+              "| Model | " + " | ".join(f"{f.upper()} AUC | {f.upper()} {_tpr_label(F[f])}" for f in fams) + " |",
               "|---|" + "---:|---:|" * len(fams),
-              f"| {result['model']} | " + " | ".join(f"{_fmt(F[f]['auc'])} | {_fmt(F[f]['tpr_at_1fpr'])}"
-                                                     for f in fams) + " |", ""]
+              f"| {result['model']} | " + " | ".join(
+                  f"{_fmt(F[f]['roc_auc'])} | {_fmt(F[f]['tpr_at_fpr']) if F[f]['tpr_at_fpr'] is not None else _NOT_ESTIMABLE}"
+                  for f in fams) + " |", ""]
+    alpha = next((F[f]["alpha"] for f in fams if "alpha" in F[f]), 0.01)
     lines += ["## Scores per family", "",
-              "| Family | n (pos/neg) | mean z positive | mean z negative | AUC [95% CI] | TPR@1%FPR [95% CI] |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| Family | n (pos/neg) | mean z positive | mean z negative | AUC [95% CI] | TPR@1%FPR [95% CI] | "
+              f"verdict TPR at p <= {alpha:g} [95% CI] | verdict FPR at p <= {alpha:g} [95% CI] |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for f in fams:
         s = F[f]
         lines.append(f"| {FAMILY_NAMES[f]} ({f.upper()}) | {s['num_positive']}/{s['num_negative']} | "
                      f"{_fmt(s['mean_z_positive'], 2)} | {_fmt(s['mean_z_negative'], 2)} | "
-                     f"{_fmt(s['auc'])} [{_fmt(s['auc_ci'][0])}, {_fmt(s['auc_ci'][1])}] | "
-                     f"{_fmt(s['tpr_at_1fpr'])} [{_fmt(s['tpr_ci'][0])}, {_fmt(s['tpr_ci'][1])}] |")
+                     f"{_with_ci(s['roc_auc'], s['roc_auc_ci'])} | {_with_ci(s['tpr_at_fpr'], s['tpr_at_fpr_ci'])} | "
+                     f"{_with_ci(s.get('verdict_tpr'), s.get('verdict_tpr_ci'))} | "
+                     f"{_with_ci(s.get('verdict_fpr'), s.get('verdict_fpr_ci'))} |")
+    small = [f"{f.upper()} ({F[f]['num_negative']})" for f in fams if F[f]["tpr_at_fpr"] is None]
+    if small:
+        lines += ["", f"TPR@1%FPR is not estimable with fewer than {MIN_NEGATIVES_FOR_TPR_AT_1FPR} negatives: "
+                  f"{', '.join(small)}. The verdict rates use the exact p-values and hold at any sample size."]
     refs = sorted({m for f in fams for m in F[f].get("ppl_by_model", {})})
     if refs or any(F[f].get("judge") for f in fams):
         head = [f"PPL ({r})" for r in refs] + [_JUDGE_SHORT[d] for d in JUDGE_DIMENSIONS] + ["Avg"]
@@ -125,13 +186,14 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + f" | {s.get('judge_failures', 0)} |")
     attacks = sorted({a for f in fams for a in F[f].get("attacks", {})})
     if attacks:
-        lines += ["", "## Robustness: AUC (TPR@1%FPR) after each attack", "",
+        lines += ["", "## Robustness: AUC (TPR at the report's FPR) after each attack", "",
                   "| Family | none | " + " | ".join(attacks) + " |", "|---|" + "---:|" * (len(attacks) + 1)]
         for f in fams:
-            cells = [f"{_fmt(F[f]['auc'])} ({_fmt(F[f]['tpr_at_1fpr'], 2)})"]
+            cells = [f"{_fmt(F[f]['roc_auc'])} ({_fmt(F[f]['tpr_at_fpr'], 2)})"]
             for a in attacks:
                 got = F[f]["attacks"].get(a)
-                cells.append(f"{_fmt(got['auc'])} ({_fmt(got['tpr_at_1fpr'], 2)})" if got else "-")
+                cells.append(f"{_fmt(got['roc_auc'])} ({_fmt(got['tpr_at_fpr'], 2)})" if got else "-")
+            cells = [c.replace("(-)", "(n/e)") for c in cells]
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + " |")
     if result.get("num_failed"):
         lines += ["", f"{result['num_failed']} item(s) failed and are recorded with an `error` field; "
@@ -185,10 +247,12 @@ def plot(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> li
     return written
 
 
-def report(run_dir: str | Path, num_bootstrap: int = 1000, figures: bool = True) -> dict[str, Any]:
+def report(run_dir: str | Path, num_bootstrap: int = 1000, figures: bool = True, alpha: float = 0.01) -> dict[str, Any]:
     """Write results.json, report.md and the figures; returns the results object."""
     run_dir = Path(run_dir)
-    result = summarize(run_dir, num_bootstrap)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"--alpha must lie strictly between 0 and 1, got {alpha!r}")
+    result = summarize(run_dir, num_bootstrap, alpha)
     if not result["families"]:
         raise ValueError(f"{run_dir} has no family with both a scored positive and a scored negative yet")
     (run_dir / "results.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -199,7 +263,7 @@ def report(run_dir: str | Path, num_bootstrap: int = 1000, figures: bool = True)
 
 
 def _report_command(args: argparse.Namespace) -> None:
-    report(args.run_dir, args.num_bootstrap, figures=not args.no_figures)
+    report(args.run_dir, args.num_bootstrap, figures=not args.no_figures, alpha=args.alpha)
     print((Path(args.run_dir) / "report.md").read_text(encoding="utf-8"))
 
 
@@ -209,4 +273,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", help="the --out folder of `icw bench run`")
     p.add_argument("--num-bootstrap", type=int, default=1000, help="bootstrap replicates for the intervals")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance level of the verdict-based TPR/FPR")
     p.set_defaults(func=_report_command)

@@ -28,43 +28,29 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..jsonl import JSONLError, append_jsonl, iter_jsonl, read_json_object
 from ..keys import FAMILIES, ICWKey, as_key
-from .backends import BACKENDS, Backend, BackendError, Request, make_backend
+from ..templates import template_for
+from .backends import Backend, BackendError, Request, make_backend
+from .config import (  # noqa: F401 (the configuration's names stay importable from the runner)
+    DEFAULT_DATASET,
+    DEFAULT_TASK,
+    RUN_PARTS,
+    TASKS_DIR,
+    BackendConfig,
+    ExtrasConfig,
+    RunConfig,
+    TaskConfig,
+    read_config_file,
+)
 from .scoring import key_tokenizer, score_texts
-from .templates import template_for
 
 REQUIRED_COLUMNS = ("id", "family", "key", "instruction", "query")
 RESPONSES, RUN_CONFIG, QUALITY = "responses.jsonl", "run.json", "quality.jsonl"
-#: Packaged task files (``icw bench run --config NAME`` takes one by name, or any YAML file).
-TASKS_DIR = Path(__file__).with_name("tasks")
-
-
-def read_config_file(spec: str) -> dict[str, Any]:
-    """The mapping of a YAML run/task file: a path, or the name of a packaged task (``icwbench``)."""
-    import yaml
-
-    path = Path(spec)
-    if not path.is_file() and (TASKS_DIR / f"{spec}.yaml").is_file():
-        path = TASKS_DIR / f"{spec}.yaml"
-    try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        known = ", ".join(sorted(p.stem for p in TASKS_DIR.glob("*.yaml")))
-        raise ValueError(f"--config {spec}: no such file, and no packaged task of that name ({known})") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"--config {spec}: not valid YAML ({err})") from None
-    if not isinstance(values, dict):
-        raise ValueError(f"--config {spec}: expected a YAML mapping of field: value")
-    return values
-
-
-#: The default task (``tasks/icwbench.yaml``): the one home of the task defaults below.
-DEFAULT_TASK = read_config_file("icwbench")
-DEFAULT_DATASET = DEFAULT_TASK["dataset"]
 #: Settings that must match when a run directory is resumed (otherwise results would mix).
 _RESUME_FIELDS = ("model", "dataset", "split", "mode", "max_new_tokens", "template", "key_seed_offset",
                   "query_dataset", "query_column", "adapter")
@@ -72,158 +58,31 @@ _RESUME_FIELDS = ("model", "dataset", "split", "mode", "max_new_tokens", "templa
 _RESUME_FIELDS_IF_SAVED = ("task", "version")
 
 
-@dataclass
-class TaskConfig:
-    """What is asked: an ICWBench task, declarative and versioned like an lm-evaluation-harness task.
-
-    The defaults are those of the packaged ``icw/bench/tasks/icwbench.yaml``; a YAML file with the
-    same keys (``--config my_task.yaml``) defines another task.
-    """
-
-    _argument_group_name = "task (a YAML task file sets these: --config icwbench)"
-
-    task: str = field(default=DEFAULT_TASK["task"], metadata={"help": "task name, recorded in run.json"})
-    version: int = field(default=DEFAULT_TASK["version"],
-                         metadata={"help": "task version, recorded in run.json (bump when the numbers would move)"})
-    dataset: str = field(default=DEFAULT_TASK["dataset"], metadata={"help": "ICWBench folder or Hub id"})
-    split: str = field(default=DEFAULT_TASK["split"], metadata={"help": "dataset split"})
-    families: list[str] = field(default_factory=lambda: list(DEFAULT_TASK["families"]),
-                                metadata={"help": "families to run", "choices": FAMILIES})
-    limit: int | None = field(default=None, metadata={"help": "first N queries per family (unset: all)"})
-    mode: str = field(default=DEFAULT_TASK["mode"], metadata={
-        "help": "instruction (the benchmark) or bias (logit bias, the synthesis upper bound)",
-        "choices": ("instruction", "bias")})
-    max_new_tokens: int = field(default=DEFAULT_TASK["max_new_tokens"],
-                                metadata={"help": "cap on new tokens per response"})
-    delta: float | None = field(default=None, metadata={"help": "bias strength in bias mode (unset: the family's default)"})
-    template: str = field(default=DEFAULT_TASK["template"], metadata={"help": "paper, heldout, or a template file"})
-    key_seed_offset: int | None = field(
-        default=None, metadata={"help": "held-out keys: redraw each key with seed = offset + row"})
-    query_dataset: str | None = field(default=None, metadata={"help": "take queries from another dataset[:split]"})
-    query_column: str = field(default="query", metadata={"help": "column of --query-dataset holding the queries"})
-
-    def __post_init__(self) -> None:
-        self.families = [self.families] if isinstance(self.families, str) else list(self.families)
-        unknown = sorted(set(self.families) - set(FAMILIES))
-        if unknown:
-            raise ValueError(f"unknown family {', '.join(unknown)}; choose from {', '.join(FAMILIES)}")
-        if not self.families:
-            raise ValueError("--families needs at least one of " + ", ".join(FAMILIES))
-        if self.mode not in ("instruction", "bias"):
-            raise ValueError(f"--mode must be 'instruction' or 'bias', got {self.mode!r}")
-        if self.max_new_tokens < 1:
-            raise ValueError("--max-new-tokens must be at least 1")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("--limit must be at least 1")
-
-
-@dataclass
-class BackendConfig:
-    """Who answers: the model or endpoint and how it is driven."""
-
-    _argument_group_name = "backend"
-
-    backend: str = field(default="transformers", metadata={"help": "transformers, openai or vllm",
-                                                           "choices": BACKENDS})
-    model: str = field(default="smollm2", metadata={"help": "model name, folder or Hub id (smollm2: the embedded SmolLM2)"})
-    base_model: str | None = field(default=None, metadata={"help": "recorded: the model this one was trained from"})
-    adapter: str | None = field(default=None, metadata={"help": "PEFT adapter folder (transformers backend)"})
-    base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL (openai backend)"})
-    api_key: str | None = field(default=None, metadata={"help": "endpoint API key (unset: $OPENAI_API_KEY)"})
-    batch_size: int = field(default=8, metadata={"help": "prompts per generate call (transformers)"})
-    concurrency: int = field(default=4, metadata={"help": "parallel requests (openai backend)"})
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-
-
-@dataclass
-class ExtrasConfig:
-    """Where results go and what else is measured: attacks, perplexity, an LLM judge."""
-
-    _argument_group_name = "output, attacks and quality"
-
-    out: str = field(metadata={"help": "run directory (responses.jsonl, run.json, quality.jsonl); "
-                                       "rerun the same command to resume it"})
-    attacks: list[str] = field(default_factory=list, metadata={"help": "attacks on positives (see icw.bench.attacks)"})
-    attack_url: str | None = field(default=None, metadata={"help": "endpoint for paraphrase-style attacks"})
-    attack_model: str | None = field(default=None, metadata={"help": "model at --attack-url"})
-    paraphrase_rounds: int = field(default=1, metadata={"help": "rounds of LLM paraphrase (1-3)"})
-    ppl_models: list[str] = field(default_factory=list, metadata={"help": "reference models for perplexity"})
-    judge_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the judge"})
-    judge_model: str | None = field(default=None, metadata={"help": "judge model name"})
-    progress: bool = field(default=True, metadata={"help": "show progress bars"})
-
-    def __post_init__(self) -> None:
-        self.attacks = [self.attacks] if isinstance(self.attacks, str) else list(self.attacks)
-        self.ppl_models = [self.ppl_models] if isinstance(self.ppl_models, str) else list(self.ppl_models)
-        if self.judge_url and not self.judge_model:
-            raise ValueError("--judge-url needs --judge-model")
-
-
-#: The parts of a run, in the order ``icw bench run``'s parser builds them.
-RUN_PARTS = (TaskConfig, BackendConfig, ExtrasConfig)
-
-
-@dataclass
-class RunConfig(TaskConfig, BackendConfig, ExtrasConfig):
-    """Settings of one ``icw bench run``: the task, the backend and the extras in one flat object
-    (saved as ``RUN_DIR/run.json``). Build it from keywords, or from its parts with :meth:`from_parts`.
-
-    Example:
-        >>> config = RunConfig(out="runs/x", families=["sa"], max_new_tokens=200)
-        >>> task, backend, extras = config.parts()
-        >>> task.task, task.version, task.families, backend.model, extras.out
-        ('icwbench', 1, ['sa'], 'smollm2', 'runs/x')
-    """
-
-    def __post_init__(self) -> None:
-        for part in RUN_PARTS:
-            part.__post_init__(self)
-        if self.backend == "openai" and self.mode == "bias":
-            raise ValueError("bias mode needs logit access: use --backend transformers or vllm with --mode bias")
-
-    @classmethod
-    def from_parts(cls, task: TaskConfig, backend: BackendConfig, extras: ExtrasConfig) -> RunConfig:
-        return cls(**asdict(task), **asdict(backend), **asdict(extras))
-
-    def parts(self) -> tuple[TaskConfig, BackendConfig, ExtrasConfig]:
-        values = asdict(self)
-        return tuple(part(**{f.name: values[f.name] for f in fields(part)}) for part in RUN_PARTS)
-
-    def model_id(self) -> str:
-        from ..models import SMOLLM2_HUB_ID
-
-        return SMOLLM2_HUB_ID if self.model == "smollm2" else self.model
-
-
 # ------------------------------------------------------------------------------- the store
 class ResultStore:
     """Append-only JSON Lines keyed by ``(model, family, id, role, attack)``.
 
-    Every :meth:`append` writes whole lines and fsyncs, so a killed process loses at most the
-    batch in flight. A torn last line (killed mid-write) is ignored on load and the next
-    append starts on a fresh line. Later lines win, so a retried failure replaces its error.
+    Reads and appends go through :mod:`icw.jsonl`: records split only at ``"\\n"``, appends are
+    whole lines under an inter-process lock (several processes may share a run folder) and
+    fsynced, so a killed process loses at most the batch in flight. A torn last line (killed
+    mid-write) is skipped on load and counted in ``skipped_lines``; a malformed line anywhere
+    else is an error naming the file and line. Later lines win, so a retried failure replaces
+    its error.
     """
 
     KEY = ("model", "family", "id", "role", "attack")
+    REQUIRED = ("model", "family", "role")
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.records: dict[tuple, dict[str, Any]] = {}
         self.skipped_lines = 0
         if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    self.skipped_lines += 1
-                    continue
-                self.records[self.key(row)] = row
+            for number, row in iter_jsonl(self.path, on_torn=self._torn):
+                self.records[self.key(check_record(row, f"{self.path}:{number}", self.REQUIRED))] = row
+
+    def _torn(self, name: str, number: int) -> None:
+        self.skipped_lines += 1
 
     @classmethod
     def key(cls, row: dict[str, Any]) -> tuple:
@@ -235,23 +94,30 @@ class ResultStore:
 
     def append(self, rows: Iterable[dict[str, Any]]) -> None:
         rows = list(rows)
-        if not rows:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab") as fh:
-            if fh.tell() > 0:
-                with open(self.path, "rb") as check:
-                    check.seek(-1, os.SEEK_END)
-                    if check.read(1) != b"\n":
-                        fh.write(b"\n")  # finish a line torn by an earlier kill
-            fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_jsonl(self.path, rows)
         for r in rows:
             self.records[self.key(r)] = r
 
     def rows(self) -> list[dict[str, Any]]:
         return list(self.records.values())
+
+
+def check_record(row: Any, where: str, required: Sequence[str] = ()) -> dict[str, Any]:
+    """``row`` if it is a JSON object with string fields ``required``, else a one-line error at ``where``."""
+    if not isinstance(row, dict):
+        raise JSONLError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for name in required:
+        if not isinstance(row.get(name), str):
+            raise JSONLError(f"{where}: expected a string field {name!r} (fields: {', '.join(sorted(row)) or 'none'})")
+    if "id" in row and (isinstance(row["id"], bool) or not isinstance(row["id"], (str, int))):
+        raise JSONLError(f"{where}: field 'id' must be a string or an integer, got {row['id']!r:.60}")
+    if not isinstance(row.get("attack", "none"), str):
+        raise JSONLError(f"{where}: field 'attack' must be a string, got {row['attack']!r:.60}")
+    for name in ("z_score", "p_value", "value"):
+        value = row.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise JSONLError(f"{where}: field {name!r} must be a number or null, got {value!r:.60}")
+    return row
 
 
 def load_records(run_dir: str | os.PathLike, name: str = RESPONSES) -> list[dict[str, Any]]:
@@ -288,7 +154,20 @@ def load_family(dataset: str, family: str, split: str = "test", limit: int | Non
     wrong = {r["family"] for r in rows} - {family}
     if wrong:
         raise ValueError(f"dataset {dataset!r} config {family!r} holds rows of family {sorted(wrong)}")
+    check_row_keys(rows, f"dataset {dataset!r} ({family}/{split})")
     return rows
+
+
+def check_row_keys(rows: Sequence[dict[str, Any]], where: str) -> None:
+    """Parse every row's key before anything is generated or written; errors name the row."""
+    for number, row in enumerate(rows):
+        try:
+            key = as_key(row["key"])
+        except ValueError as err:
+            raise ValueError(f"{where} row {number} (id {row.get('id')!r}): bad key: {err}") from None
+        if key.family != row["family"]:
+            raise ValueError(f"{where} row {number} (id {row.get('id')!r}): a {key.family} key in a "
+                             f"{row['family']} row")
 
 
 def load_queries(spec: str, column: str, n: int) -> list[str]:
@@ -366,7 +245,7 @@ def _check_resume(config: RunConfig, out: Path) -> None:
     current = {**asdict(config), "model": config.model_id()}
     current.pop("api_key", None)
     if saved_path.exists():
-        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        saved = read_json_object(saved_path, "it holds the settings of an earlier icw bench run")
         clash = [f for f in _RESUME_FIELDS if saved.get(f) != current.get(f)]
         clash += [f for f in _RESUME_FIELDS_IF_SAVED if f in saved and saved[f] != current.get(f)]
         if clash:
@@ -390,16 +269,13 @@ def _base_record(config: RunConfig, model: str, family: str, item: Item, role: s
 
 
 def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
-    """A warning when the longest prompt does not fit the local model's context window (the
-    model then answers garbage: TSP instructions listing all of ``V_en`` run to ~9k-18k tokens)."""
-    model = getattr(backend, "model", None)
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if not prompts or backend.tokenizer is None or not limit:
+    """A warning when the longest prompt (plus a short answer) does not fit the local model's context."""
+    from ..generation import prompt_overflow
+
+    overflow = prompt_overflow(getattr(backend, "model", None), backend.tokenizer, prompts, max_new_tokens=32)
+    if overflow is None:
         return None
-    longest = max(prompts, key=len)
-    length = len(backend.tokenizer(longest, add_special_tokens=False)["input_ids"])
-    if length + 32 <= limit:
-        return None
+    length, limit = overflow
     return (f"the longest prompt has {length} tokens but {backend.name} reads at most {limit}; its answers will be "
             "meaningless. For TSP, build the dataset with a smaller candidate pool (icw bench build --pool-size N)")
 
@@ -425,11 +301,10 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
     warning = context_warning(backend, [r.user for r in requests])
     if warning:
         print(f"icw: warning: {family}: {warning}", file=sys.stderr)
-    tokenizers: dict[str, Any] = {}
 
     def save(done: list[Request], answers: list[str | None], errors: list[str | None]) -> None:
         ok = [i for i, a in enumerate(answers) if a is not None]
-        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok], tokenizers)
+        scores = score_texts([answers[i] for i in ok], [done[i].uid["key"] for i in ok])
         by_index = dict(zip(ok, scores, strict=True))
         rows = []
         for i, request in enumerate(done):
@@ -457,8 +332,8 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                                concurrency=config.concurrency)
     if config.mode == "bias" and not backend.supports_bias:
         raise BackendError(f"the {type(backend).__name__} cannot apply a logit bias: use --mode instruction")
+    store = ResultStore(out / RESPONSES)  # a malformed store is rejected before run.json is written
     _check_resume(config, out)
-    store = ResultStore(out / RESPONSES)
     if store.skipped_lines:
         print(f"icw: note: ignored {store.skipped_lines} torn line(s) in {store.path} (an earlier run was killed)",
               file=sys.stderr)

@@ -1,5 +1,5 @@
 """Detectability scoring for ICWBench: the verifiers' z and exact p for every response, and
-per-family ROC-AUC / TPR@1%FPR with bootstrap intervals through :mod:`icw.detection`.
+per-family ROC-AUC / TPR at a fixed FPR (1% by default) with bootstrap intervals through :mod:`icw.detection`.
 
 Nothing here re-implements a statistic: texts go through :func:`icw.verification.verify`, paired
 positive/negative scores through :func:`icw.detection.detection_report`.
@@ -7,6 +7,7 @@ positive/negative scores through :func:`icw.detection.detection_report`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,31 +31,35 @@ def key_tokenizer(key: ICWKey, tokenizers: dict[str, Any] | None = None) -> Any:
 
 def score_texts(texts: Sequence[str], keys: Sequence[ICWKey | str], tokenizers: dict[str, Any] | None = None,
                 **verify_kwargs: Any) -> list[dict[str, Any]]:
-    """Verify each text under its key; returns ``{z_score, p_value, num_tokens_scored, ...}`` rows.
+    """Verify each text under its own key: :func:`icw.verify` as JSON-ready rows.
 
-    Texts are grouped by the keys' tokenizer so each group is one batched ``verify`` call.
+    :func:`icw.verify` already loads each key's tokenizer once and batches the texts per tokenizer
+    and family; this only flattens its results to ``{z_score, p_value, is_watermarked,
+    num_tokens_scored, p_value_method}`` rows for the result store.
+
+    Args:
+        texts (`Sequence[str]`): the responses.
+        keys (`Sequence[ICWKey | str]`): one key per text (families and tokenizers may be mixed).
+        tokenizers (`dict`, *optional*): deprecated and ignored (tokenizers are cached by
+            :func:`icw.models.load_tokenizer`).
+        **verify_kwargs: passed to :func:`icw.verify` (``alpha``, ``num_permutations``, ...).
 
     Example:
         >>> from icw import ICWKey
         >>> score_texts(["Apples are good. Bananas too."], [ICWKey.create("sa", seed=1)])[0]["num_tokens_scored"]
         2
     """
+    if tokenizers:
+        warnings.warn("score_texts(tokenizers=...) is deprecated and ignored: verify loads each key's tokenizer once",
+                      DeprecationWarning, stacklevel=2)
     keys = [as_key(k) for k in keys]
     if len(keys) != len(texts):
         raise ValueError(f"got {len(texts)} texts and {len(keys)} keys: pass one key per text")
-    tokenizers = {} if tokenizers is None else tokenizers
-    groups: dict[tuple[str, str | None], list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault((key.family, key.tokenizer), []).append(i)
-    rows: list[dict[str, Any]] = [{} for _ in texts]
-    for indices in groups.values():
-        tok = key_tokenizer(keys[indices[0]], tokenizers)
-        results = verify([texts[i] for i in indices], [keys[i] for i in indices], tok, **verify_kwargs)
-        for i, result in zip(indices, results, strict=True):
-            rows[i] = {"z_score": float(result.z_score), "p_value": float(result.p_value),
-                       "is_watermarked": bool(result.is_watermarked),
-                       "num_tokens_scored": int(result.num_tokens_scored), "p_value_method": result.p_value_method}
-    return rows
+    if not texts:
+        return []
+    return [{"z_score": float(r.z_score), "p_value": float(r.p_value), "is_watermarked": bool(r.is_watermarked),
+             "num_tokens_scored": int(r.num_tokens_scored), "p_value_method": r.p_value_method}
+            for r in verify(list(texts), keys, **verify_kwargs)]
 
 
 def paired_scores(records: Iterable[dict[str, Any]], family: str, attack: str = "none"
@@ -78,10 +83,15 @@ def paired_scores(records: Iterable[dict[str, Any]], family: str, attack: str = 
 
 def detection_summary(pos: Sequence[float], neg: Sequence[float], fpr: float = 0.01,
                       num_bootstrap: int = 1000) -> dict[str, Any] | None:
-    """AUC, TPR@``fpr`` and their bootstrap intervals, mean z of each class (None if a class is empty)."""
+    """ROC-AUC, TPR@``fpr`` and their bootstrap intervals, mean z of each class (None if a class is empty).
+
+    The fields are :class:`icw.detection.DetectionReport`'s names: ``roc_auc``, ``roc_auc_ci``,
+    ``tpr_at_fpr``, ``tpr_at_fpr_ci`` and ``fpr`` (the rate TPR is read at).
+    """
     if not pos or not neg:
         return None
     report = detection_report(pos, neg, fpr=fpr, num_bootstrap=num_bootstrap)
-    return {"num_positive": len(pos), "num_negative": len(neg), "auc": report.auc, "auc_ci": list(report.auc_ci),
-            "tpr_at_1fpr": report.tpr, "tpr_ci": list(report.tpr_ci),
+    return {"num_positive": len(pos), "num_negative": len(neg), "roc_auc": report.roc_auc,
+            "roc_auc_ci": list(report.roc_auc_ci), "tpr_at_fpr": report.tpr_at_fpr,
+            "tpr_at_fpr_ci": list(report.tpr_at_fpr_ci), "fpr": report.fpr,
             "mean_z_positive": float(np.mean(pos)), "mean_z_negative": float(np.mean(neg))}

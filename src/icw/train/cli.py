@@ -1,7 +1,7 @@
 """``icw train ...``: the training recipes from the command line.
 
 Each sub-command is the recipe's own parser (``make_parser`` of :mod:`icw.train.synthesis`,
-:mod:`~icw.train.sdlp` and :mod:`~icw.train.grpo`, the ``TrlParser`` that ``recipes/*.py`` use) and
+:mod:`~icw.train.sdlp`, :mod:`~icw.train.grpo` and :mod:`~icw.train.sft`, the ``TrlParser`` that ``recipes/*.py`` use) and
 calls the recipe's ``main(*parsed)``, so it takes the same ``--config recipe.yaml`` and
 ``--field value`` overrides as the scripts, e.g.::
 
@@ -22,6 +22,7 @@ RECIPES = {
     "synthesize": ("icw.train.synthesis", "generate the cold-start dataset D_cs with the logit perturbation"),
     "sdlp": ("icw.train.sdlp", "self-distillation with logit perturbation on D_cs"),
     "grpo": ("icw.train.grpo", "GRPO with the verifier z as reward"),
+    "sft": ("icw.train.sft", "the SFT ablation baseline on the D_H1 responses"),
 }
 
 
@@ -30,6 +31,12 @@ def _run(args: argparse.Namespace) -> None:
     parser = module.make_parser(prog=f"icw train {args.train_command}")
     # TrlParser raises ValueError for unknown keys and bad values: icw's CLI prints it as one line
     module.main(*parser.parse_args_and_config(args.options))
+
+
+def _probe(args: argparse.Namespace) -> None:
+    from .probe import main
+
+    main(args.options)
 
 
 class _PassThroughParser(argparse.ArgumentParser):
@@ -46,7 +53,9 @@ class _PassThroughParser(argparse.ArgumentParser):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    train = sub.add_parser("train", help="cold-start synthesis, SDLP and GRPO training")
+    train = sub.add_parser("train", help="cold-start synthesis, SDLP, GRPO and SFT training")
     train_sub = train.add_subparsers(dest="train_command", required=True, parser_class=_PassThroughParser)
     for name, (_, text) in RECIPES.items():
         train_sub.add_parser(name, help=text, add_help=False).set_defaults(func=_run)
+    train_sub.add_parser("probe", add_help=False, help="key-swap probe: does a model read the key from the "
+                         "instruction or from the response prefix?").set_defaults(func=_probe)

@@ -1,15 +1,22 @@
 r"""GRPO with verifiable ICW rewards (the paper's Section 4.3), on ``trl.GRPOTrainer``.
 
+The policy loss is trl's ``loss_type="grpo"``: each sequence's token losses are averaged over its
+own length, then over the group (the paper's per-sequence normalisation, as in DeepSeekMath);
+trl's default ``"dapo"`` normalises over all tokens of the batch instead, so :class:`ICWGRPOConfig`
+sets ``"grpo"``.
+
 Reward of a completion ``y`` for a row with key ``kappa`` (a dataset column, which trl passes
 to reward functions as a keyword argument):
 
-    r(y) = 0                     if |y| < min_completion_tokens   (paper: 200 tokens)
-         = 0                     if SA and an anti-hacking gate fires
-         = z(y; kappa)           otherwise (the verifier's z, as in the paper)
+    r(y) = rejected_reward              if |y| < min_completion_tokens, or SA and a gate fires
+         = max(z(y; kappa), z_floor)    otherwise (the verifier's z, as in the paper)
 
-The SA gates catch what the paper saw RL alone learn: visually highlighted initials
-(``**B**ecause``, ``<b>B</b>``), orphan letters that stand alone at a sentence start
-(``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the secret written out.
+with ``rejected_reward < z_floor``: a short or gated answer always scores below every honest
+attempt, however poor. (The paper's reference implementation gives such answers 0, which beats an
+honest attempt with negative z and so teaches a weak policy to stop early; the floor and the
+rejection value are ours.) The SA gates catch what the paper saw RL alone learn: visually
+highlighted initials (``**B**ecause``, ``<b>B</b>``), orphan letters that stand alone at a
+sentence start (``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the secret written out.
 """
 
 from __future__ import annotations
@@ -84,13 +91,15 @@ def _text(completion: Any) -> str:
 
 
 class ICWReward:
-    """A trl reward function: the verifier's z of each completion under its row's key.
+    """A trl reward function: the verifier's z of each completion under its row's key (see the module docstring).
 
     Args:
         tokenizer: the tokenizer TSP/WIP keys were built for (the policy's).
-        min_completion_tokens: completions with fewer tokens get reward 0 (paper: 200).
-        sa_gates: apply the SA anti-hacking gates (reward 0 when any fires).
+        min_completion_tokens: completions with fewer tokens are rejected (reference implementation: 200).
+        sa_gates: apply the SA anti-hacking gates (a completion that trips one is rejected).
         num_permutations: SA permutation-null size for z.
+        z_floor: honest attempts score ``max(z, z_floor)``.
+        rejected_reward: the reward of a rejected completion; must lie below ``z_floor``.
 
     Example:
         What trl calls with a batch (``key`` is the dataset column; completions may also be
@@ -102,17 +111,22 @@ class ICWReward:
         >>> reward = ICWReward(load_tokenizer("gpt2"), min_completion_tokens=10)
         >>> [round(r, 1) for r in reward(completions=[answer, "Bees hum.", "**B**ees hum. " + answer],
         ...                              key=[key] * 3)]
-        [3.7, 0.0, 0.0]
+        [3.7, -3.0, -3.0]
     """
 
     __name__ = "icw_z"
 
     def __init__(self, tokenizer: Any, min_completion_tokens: int = 200, sa_gates: bool = True,
-                 num_permutations: int = 1000) -> None:
+                 num_permutations: int = 1000, z_floor: float = -2.0, rejected_reward: float = -3.0) -> None:
+        if not rejected_reward < z_floor:
+            raise ValueError(f"rejected_reward ({rejected_reward}) must lie below z_floor ({z_floor}), or a short or "
+                             "gated answer can outscore an honest attempt")
         self.tokenizer = tokenizer
         self.min_completion_tokens = int(min_completion_tokens)
         self.sa_gates = sa_gates
         self.num_permutations = num_permutations
+        self.z_floor = float(z_floor)
+        self.rejected_reward = float(rejected_reward)
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                  completion_ids: Sequence[Sequence[int]] | None = None, key: Sequence[str] | None = None,
@@ -127,9 +141,9 @@ class ICWReward:
         rewards = []
         for text, ids, k, result in zip(texts, completion_ids, keys, results, strict=True):
             if len(ids) < self.min_completion_tokens or self.sa_gates and k.family == "sa" and sa_gates(text, k):
-                rewards.append(0.0)
+                rewards.append(self.rejected_reward)
             else:
-                rewards.append(float(result.z_score))
+                rewards.append(max(float(result.z_score), self.z_floor))
         return rewards
 
 
@@ -137,17 +151,22 @@ class ICWReward:
 class ICWRewardArguments:
     r"""The ICW part of ``recipes/grpo.py``'s configuration, parsed beside trl's ``GRPOConfig``.
 
-    GRPO's own optimisation defaults come from :data:`icw.train.hparams.GRPO_TRAINING` (the paper:
-    lr 1e-6, 8 rollouts per prompt; "Learning to Follow In-Context Watermark Instructions via
-    Self-Distillation", Section 4.3); see ``trl.GRPOConfig`` for its other fields.
+    GRPO's own optimisation defaults come from :data:`icw.train.hparams.GRPO_TRAINING` (the paper's
+    ``loss_type="grpo"``, Section 4.3; lr 1e-6 and 8 rollouts per prompt from the authors' reference
+    implementation, which the paper does not state); see ``trl.GRPOConfig`` for its other fields.
 
     Parameters:
         > Parameters that control the reward ``r(y) = z(y; kappa)``
 
         min_completion_tokens (`int`, *optional*, defaults to `200`):
-            Completions with fewer tokens get reward 0 (the paper's rule against short answers).
+            Completions with fewer tokens get ``rejected_reward`` (the reference implementation's rule
+            against short answers; it gave them 0).
+        z_floor (`float`, *optional*, defaults to `-2.0`):
+            Honest attempts get ``max(z, z_floor)``.
+        rejected_reward (`float`, *optional*, defaults to `-3.0`):
+            Reward of short or gated completions; below ``z_floor``, so they never beat an honest attempt.
         sa_gates (`bool`, *optional*, defaults to `True`):
-            Zero the reward of SA completions that hack the verifier (see :func:`sa_gates`).
+            Reject SA completions that hack the verifier (see :func:`sa_gates`).
 
         > Parameters that control the prompts
 
@@ -156,11 +175,15 @@ class ICWRewardArguments:
     """
 
     min_completion_tokens: int = field(
-        default=GRPO_MIN_COMPLETION_TOKENS,
-        metadata={"help": "Completions shorter than this many tokens get reward 0 (paper: 200)."})
+        default=GRPO_MIN_COMPLETION_TOKENS, metadata={"help": "Completions shorter than this many tokens get rejected_reward "
+                                       "(reference implementation: 200)."})
+    z_floor: float = field(default=-2.0, metadata={"help": "Honest attempts get max(z, z_floor)."})
+    rejected_reward: float = field(
+        default=-3.0, metadata={"help": "Reward of short or gated completions; below z_floor, so they never beat an "
+                                        "honest attempt."})
     sa_gates: bool = field(default=True, metadata={"help": "Zero the reward of SA completions that hack the verifier "
                                                            "(highlighted initials, orphan letters, letter headings, "
-                                                           "the secret written out)."})
+                                                           "the secret written out): they get rejected_reward."})
     instruction_template: str | None = field(
         default=None, metadata={"help": "Custom instruction template in the prompt (default: the paper's)."})
 
@@ -210,7 +233,8 @@ def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICW
     model, tokenizer = load_policy(model_args)
     dataset = grpo_dataset(script_args.load(label=1, seed=training_args.seed), tokenizer,
                            reward_args.instruction_template)
-    reward = ICWReward(tokenizer, reward_args.min_completion_tokens, reward_args.sa_gates)
+    reward = ICWReward(tokenizer, reward_args.min_completion_tokens, reward_args.sa_gates,
+                       z_floor=reward_args.z_floor, rejected_reward=reward_args.rejected_reward)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=training_args, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

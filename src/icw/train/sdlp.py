@@ -27,6 +27,7 @@ copy of the model); full fine-tuning keeps a frozen copy.
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,9 +42,10 @@ from ..processors import AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
 from .sdlp_config import SDLPConfig
+from .transfer import Rows, on_policy_batch, relabel_key, relabel_keys
 
 __all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
-           "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
+           "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
 
 # ------------------------------------------------------------------------------------- loss
 def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
@@ -123,7 +125,10 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, template: str | None = Non
     if max_prompt_length is not None and len(ids[1]) > max_prompt_length:
         raise ValueError(f"a student prompt has {len(ids[1])} tokens, more than max_prompt_length={max_prompt_length}: "
                          "raise it, or build TSP keys with a smaller pool_size for small-context models")
-    response = tokenizer(row["response"], add_special_tokens=False)["input_ids"][: max(max_response_length - 1, 0)]
+    # the ids synthesis sampled when D_cs stores them (re-tokenizing the decoded text can differ)
+    sampled = row.get("response_ids")
+    response = list(sampled) if sampled is not None else tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+    response = [t for t in response if t != tokenizer.eos_token_id][: max(max_response_length - 1, 0)]
     return {"teacher_prompt_ids": ids[0], "student_prompt_ids": ids[1],
             "response_ids": response + [tokenizer.eos_token_id], "watermarked": watermarked}
 
@@ -213,6 +218,8 @@ class SDLPCollator:
         batch["bias_values"] = torch.tensor(values, dtype=torch.float32)
         batch["bias_index"] = index * batch["response_mask"].long()
         batch["top_k"] = torch.tensor(top_k, dtype=torch.long)
+        batch["rows"] = Rows([{k: f[k] for k in ("family", "key", "watermarked", "teacher_prompt_ids",
+                                                  "student_prompt_ids") if k in f} for f in features])
         return batch
 
 
@@ -353,17 +360,22 @@ class SDLPTrainer(Trainer):
         if teacher_model is not None:
             teacher_model.eval().requires_grad_(False)
 
-        def prepare(ds: Any) -> Any:
-            if ds is None or "response_ids" in ds.column_names:
+        def prepare(ds: Any, relabel: bool = False) -> Any:
+            if ds is None or "student_prompt_ids" in ds.column_names:
+                if relabel and ds is not None:
+                    raise ValueError("relabel_keys needs D_cs before tokenization (the student prompt shows the key)")
                 return ds
+            if relabel:
+                ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys)
             return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
                                     args.max_prompt_length)
 
         vocab = model.config.get_text_config().vocab_size
         super().__init__(model=model, args=args, data_collator=SDLPCollator(processing_class, vocab, args),
-                         train_dataset=prepare(train_dataset), eval_dataset=prepare(eval_dataset),
+                         train_dataset=prepare(train_dataset, args.relabel_keys), eval_dataset=prepare(eval_dataset),
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
         self.model_accepts_loss_kwargs = False  # our loss is already a batch mean; Trainer scales for accumulation
+        self._on_policy_rng = random.Random(args.seed)
         self.teacher_model = teacher_model
         if teacher_model is not None:
             if self.is_deepspeed_enabled:
@@ -376,6 +388,17 @@ class SDLPTrainer(Trainer):
                 self.teacher_model = prepare_fsdp(teacher_model, self.accelerator)
             else:
                 self.teacher_model = teacher_model.to(self.accelerator.device)
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
+        """With probability ``lmbda`` (as trl's GKD) the batch's responses are replaced by the student's own
+        samples before the usual SDLP step."""
+        if self.args.lmbda > 0 and self._on_policy_rng.random() < self.args.lmbda:
+            inputs = self.on_policy_batch(model, inputs)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def on_policy_batch(self, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The batch with the student's own samples as responses: :func:`icw.train.transfer.on_policy_batch`."""
+        return on_policy_batch(self, model, inputs)
 
     def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
         with torch.no_grad():

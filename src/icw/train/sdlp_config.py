@@ -19,9 +19,15 @@ class SDLPConfig(TrainingArguments):
 
     Only the parameters specific to SDLP, or whose defaults differ from ``TrainingArguments``, are
     listed; see ``transformers.TrainingArguments`` for the rest. Defaults come from
-    :mod:`icw.train.hparams`, the paper's values ("Learning to Follow In-Context Watermark
-    Instructions via Self-Distillation", Section 4.2: lr 7e-6, batch 8, 2-3 epochs; training deltas
-    TSP 5.0, WIP 3.0, SA 8.0; teacher top-k 1000 for TSP and SA, the full vocabulary for WIP).
+    :mod:`icw.train.hparams`: the paper ("Learning to Follow In-Context Watermark Instructions via
+    Self-Distillation", Section 4.2) states the loss, not these numbers; they are the authors'
+    reference implementation's (lr 7e-6, batch 8, 2-3 epochs; training deltas TSP 5.0, WIP 3.0,
+    SA 8.0; teacher top-k 1000 for TSP and SA, the full vocabulary for WIP).
+
+    Prefix-independent targets (ours, not the paper's; ``docs/training-transfer.md``): off-policy
+    ``D_H1`` answers were written under their key's bias, so the response prefix reveals the key
+    (WIP: earlier word initials show the green letters) and a student can lower the loss without
+    reading the instruction. ``relabel_keys`` and ``lmbda`` remove that shortcut.
 
     Parameters:
         > Parameters that control the teacher's perturbation ``Delta_t``
@@ -39,7 +45,7 @@ class SDLPConfig(TrainingArguments):
             Teacher top-k support ``I_t`` for TSP rows; both distributions are renormalized on it
             (0: the full vocabulary).
         top_k_wip (`int`, *optional*, defaults to `0`):
-            Teacher top-k support for WIP rows (0: the full vocabulary, the paper's choice).
+            Teacher top-k support for WIP rows (0: the full vocabulary, the reference implementation's choice).
         top_k_sa (`int`, *optional*, defaults to `1000`):
             Teacher top-k support for SA rows.
         loss_chunk_size (`int`, *optional*, defaults to `256`):
@@ -58,6 +64,25 @@ class SDLPConfig(TrainingArguments):
         remove_unused_columns (`bool`, *optional*, defaults to `False`):
             Keep the dataset columns: the collator needs family, key and the token ids.
 
+        > Parameters that control prefix-independent targets
+
+        relabel_keys (`bool`, *optional*, defaults to `False`):
+            Train each ``D_H1`` row under a fresh key of its family, independent of the key that
+            wrote it: the teacher's ``Delta_t`` (WIP/TSP mask, SA replay of the new secret) and the
+            student's instruction both use it, so the prefix says nothing about the training key.
+        relabel_num_keys (`int`, *optional*, defaults to `0`):
+            With ``relabel_keys``: draw the fresh keys from a pool of this many training keys per
+            family (0: a new key per row); 1, a few, then 0 make a curriculum.
+        lmbda (`float`, *optional*, defaults to `0.0`):
+            Fraction of batches trained on-policy, as trl's GKD: the student samples the responses
+            from instruction + query (transformers ``generate``) and the teacher (frozen base, query
+            alone, ``Delta_t`` replayed along the student's tokens) scores them.
+        on_policy_max_new_tokens (`int` or `None`, *optional*, defaults to `None`):
+            Length cap of on-policy samples (`None`: ``max_response_length - 1``).
+        on_policy_temperature (`float`, *optional*, defaults to `1.0`):
+            Sampling temperature of on-policy samples (1.0: the student's own distribution, the one
+            the loss compares with the teacher's).
+
         > Parameters that control the model
 
         model_init_kwargs (`dict` or `None`, *optional*, defaults to `None`):
@@ -70,7 +95,7 @@ class SDLPConfig(TrainingArguments):
         per_device_train_batch_size (`int`, *optional*, defaults to `8`):
             Rows per device per step.
         num_train_epochs (`float`, *optional*, defaults to `2.0`):
-            Epochs over ``D_cs`` (the paper trains 2-3).
+            Epochs over ``D_cs`` (the reference implementation trains 2-3).
         logging_steps (`float`, *optional*, defaults to `10`):
             Log every N optimizer steps.
 
@@ -81,11 +106,11 @@ class SDLPConfig(TrainingArguments):
     """
 
     learning_rate: float = field(default=SDLP_TRAINING["learning_rate"],
-                                 metadata={"help": "Initial AdamW learning rate (paper: 7e-6)."})
+                                 metadata={"help": "Initial AdamW learning rate (reference implementation: 7e-6)."})
     per_device_train_batch_size: int = field(default=SDLP_TRAINING["per_device_train_batch_size"],
-                                             metadata={"help": "Rows per device per step (paper: 8)."})
+                                             metadata={"help": "Rows per device per step (reference implementation: 8)."})
     num_train_epochs: float = field(default=SDLP_TRAINING["num_train_epochs"],
-                                    metadata={"help": "Epochs over D_cs (paper: 2-3)."})
+                                    metadata={"help": "Epochs over D_cs (reference implementation: 2-3)."})
     logging_steps: float = field(default=10, metadata={"help": "Log every N optimizer steps."})
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Keep the dataset columns: the collator needs family, key and the token ids."})
@@ -110,6 +135,28 @@ class SDLPConfig(TrainingArguments):
         default=None, metadata={"help": "Custom instruction template for the student (default: the paper's)."})
     model_init_kwargs: dict[str, Any] | None = field(
         default=None, metadata={"help": "Keyword arguments of from_pretrained when the model is given as a path."})
+    relabel_keys: bool = field(
+        default=False, metadata={"help": "Train each D_H1 row under a fresh key independent of the one that wrote it "
+                                         "(teacher delta and student instruction both use it): the prefix then says "
+                                         "nothing about the training key."})
+    relabel_num_keys: int = field(
+        default=0, metadata={"help": "With relabel_keys: draw the fresh keys from a pool of this many training keys "
+                                     "per family (0: a new key per row)."})
+    lmbda: float = field(
+        default=0.0, metadata={"help": "Fraction of batches trained on-policy: the student samples the responses "
+                                       "from instruction + query and the teacher scores them (as in trl's GKD)."})
+    on_policy_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Length cap of on-policy samples (default: max_response_length - 1)."})
+    on_policy_temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature of on-policy samples (1.0: the student's own "
+                                       "distribution, which the loss compares with the teacher's)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.lmbda <= 1.0:
+            raise ValueError(f"lmbda is a fraction of batches: it must lie in [0, 1], got {self.lmbda}")
+        if self.relabel_num_keys < 0:
+            raise ValueError(f"relabel_num_keys must be >= 0 (0: a fresh key per row), got {self.relabel_num_keys}")
 
     def delta(self, family: str) -> float:
         return float(getattr(self, f"delta_{family}"))

@@ -27,12 +27,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..generation import chat_prompt, generate_responses
-from ..keys import DEFAULT_DELTA, FAMILIES, ICWKey
+from ..generation import generate_responses
+from ..jsonl import JSONLError, append_jsonl, iter_jsonl
+from ..keys import DEFAULT_DELTA, FAMILIES, TRAIN_SEED_START, ICWKey
+from ..perplexity import perplexities
+from ..questions import read_questions
 from ..verification import verify
 
-#: First seed of the training key pool; evaluation keys (ICWBench) use small seeds, so the pools are disjoint.
-TRAIN_SEED_OFFSET = 1_000_000
+#: First seed of the training key pool (:data:`icw.keys.TRAIN_SEED_START`; evaluation keys use smaller seeds).
+TRAIN_SEED_OFFSET = TRAIN_SEED_START
 
 
 @dataclass
@@ -44,8 +47,8 @@ class SynthesisConfig:
     output_dir: str = field(default="data/dcs", metadata={"help": "Folder for rows.jsonl, data.parquet and stats.json."})
     families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": "Families to synthesize."})
     queries_file: str | None = field(
-        default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'query' "
-                                        "field. Must be disjoint from the evaluation queries."})
+        default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'question', "
+                                        "'query' or 'title' field. Must be disjoint from the evaluation queries."})
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub dataset of queries when no queries_file is given (e.g. vblagoje/lfqa)."})
     dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to draw queries from."})
@@ -68,10 +71,18 @@ class SynthesisConfig:
                                   metadata={"help": "SA secret lengths drawn per row (paper: 18-20)."})
     delta_tsp: float = field(default=DEFAULT_DELTA["tsp"], metadata={"help": "Synthesis bias for TSP (paper: 3.0)."})
     delta_wip: float = field(default=DEFAULT_DELTA["wip"], metadata={"help": "Synthesis bias for WIP (paper: 3.0)."})
-    delta_sa: float = field(default=DEFAULT_DELTA["sa"], metadata={"help": "Synthesis bias for SA (paper: 8.0)."})
+    delta_sa: float = field(default=DEFAULT_DELTA["sa"], metadata={
+        "help": "Synthesis bias for SA (reference implementation: 8.0; the paper does not state it)."})
     max_new_tokens: int = field(default=600, metadata={"help": "Answer length cap (paper: 600)."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per generate() call."})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
+    delta_in_tempered_logits: bool = field(
+        default=True, metadata={"help": "transformers applies logits processors before the temperature, so a bias "
+                                        "delta sampled at temperature T shifts the tempered logits by delta / T "
+                                        "(3 / 0.7 = 4.3). True passes delta * T to the processor, so the sampled "
+                                        "distribution is softmax(l / T + delta): the same log-odds shift delta that "
+                                        "the SDLP teacher adds and the paper's softmax(l + Delta) states. False "
+                                        "keeps the earlier behaviour."})
     top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold."})
     seed: int = field(default=0, metadata={"help": "Seed of the query shuffle and of sampling."})
     dtype: str | None = field(default=None, metadata={"help": "Model dtype (e.g. bfloat16); default: the checkpoint's."})
@@ -119,14 +130,7 @@ def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig
 def read_queries(config: SynthesisConfig) -> list[str]:
     """Training queries from ``queries_file`` or, online, from ``dataset_name``."""
     if config.queries_file:
-        path = Path(config.queries_file)
-        if not path.exists():
-            raise FileNotFoundError(f"queries_file {path} does not exist")
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if path.suffix in (".jsonl", ".json"):
-            rows = [json.loads(line) for line in lines]
-            return [str(r.get("query") or r.get("question") or r.get("title")) for r in rows]
-        return [line.strip() for line in lines]
+        return [question for question, _ in read_questions(config.queries_file)]
     if config.dataset_name:
         from datasets import load_dataset
 
@@ -136,46 +140,42 @@ def read_queries(config: SynthesisConfig) -> list[str]:
 
 
 def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]]:
-    """Every row to generate: id, family, label, key seed and query (queries are not shared across rows
-    while they last; then they are reused with other keys, with a warning)."""
+    """Every row to generate: id, family, label, key seed and query.
+
+    The shuffled queries are split into a ``D_H1`` part and a ``D_H0`` part in proportion to the
+    rows asked for, so no ``D_H0`` query is also a ``D_H1`` query (a shared query would give the
+    student the same answer context with and without the bias). Within a part queries are not
+    reused while they last; then they are reused with other keys, with a warning.
+    """
     for family in config.families:
         if family not in FAMILIES:
             raise ValueError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
     if not queries:
         raise ValueError("the query list is empty")
-    order = np.random.default_rng(config.seed).permutation(len(queries))
-    needed = sum(config.count(label, i) for i in range(len(config.families)) for label in (1, 0))
-    if needed > len(queries):
-        warnings.warn(f"{needed} rows requested from {len(queries)} queries: queries are reused with other keys",
-                      stacklevel=2)
-    items, n = [], 0
+    order = [queries[int(i)] for i in np.random.default_rng(config.seed).permutation(len(queries))]
+    need = {label: sum(config.count(label, i) for i in range(len(config.families))) for label in (1, 0)}
+    if need[1] and need[0]:
+        if len(order) < 2:
+            raise ValueError("D_H1 and D_H0 need disjoint queries: give at least two queries")
+        cut = min(max(round(len(order) * need[1] / (need[1] + need[0])), 1), len(order) - 1)
+    else:
+        cut = len(order) if need[1] else 0
+    parts = {1: order[:cut], 0: order[cut:]}
+    for label, name in ((1, "D_H1"), (0, "D_H0")):
+        if need[label] > len(parts[label]):
+            warnings.warn(f"{need[label]} {name} rows from {len(parts[label])} queries: queries are reused with other "
+                          "keys", stacklevel=2)
+    items, used = [], {1: 0, 0: 0}
     for f_index, family in enumerate(config.families):
         for label in (1, 0):
             for i in range(config.count(label, f_index)):
                 seed = config.seed_offset + FAMILIES.index(family) * 10_000_000 + (1 - label) * 5_000_000 + i
                 seed = seed if config.key_seed is None else config.key_seed
+                pool = parts[label]
                 items.append({"id": f"{family}-h{label}-{i}", "family": family, "label": label, "seed": seed,
-                              "query": queries[int(order[n % len(queries)])]})
-                n += 1
+                              "query": pool[used[label] % len(pool)]})
+                used[label] += 1
     return items
-
-
-@torch.inference_mode()
-def perplexities(model: Any, tokenizer: Any, queries: Sequence[str], responses: Sequence[str]) -> list[float]:
-    """Perplexity of each response given its query (chat template, teacher forcing)."""
-    device = next(model.parameters()).device
-    out = []
-    for query, response in zip(queries, responses, strict=True):
-        prompt = tokenizer(chat_prompt(tokenizer, query), add_special_tokens=False)["input_ids"]
-        answer = tokenizer(response, add_special_tokens=False)["input_ids"]
-        if not answer:
-            out.append(float("nan"))
-            continue
-        ids = torch.tensor([prompt + answer], device=device)
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
-        nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :])
-        out.append(float(math.exp(nll.item())))
-    return out
 
 
 def statistics(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -232,34 +232,36 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
         print(f"resuming: {len(done)} rows already in {log}, {len(todo)} to go")
     (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
+    scale = config.temperature if config.delta_in_tempered_logits else 1.0
     bar = tqdm(total=len(todo), desc="synthesizing D_cs", disable=not state.is_local_main_process)
-    with log.open("a", encoding="utf-8") as sink:
-        for family in config.families:
-            for label in (1, 0):
-                group = [it for it in todo if it["family"] == family and it["label"] == label]
-                if not group:
-                    continue
-                keys = [training_key(family, it["seed"], tokenizer, config) for it in group]
+    # rows are appended through icw.jsonl: whole lines, locked, fsynced (resumable after a kill)
+    for family in config.families:
+        for label in (1, 0):
+            group = [it for it in todo if it["family"] == family and it["label"] == label]
+            if not group:
+                continue
+            keys = [training_key(family, it["seed"], tokenizer, config) for it in group]
 
-                def save(indices: list[int], answers: list[str], group=group, keys=keys, label=label) -> None:
-                    rows = [group[i] for i in indices]
-                    row_keys = [keys[i] for i in indices]
-                    zs = [r.z_score for r in verify(answers, row_keys, tokenizer, num_null_keys=1)]
-                    ppl = (perplexities(model, tokenizer, [r["query"] for r in rows], answers) if config.perplexity
-                           else [None] * len(rows))
-                    for row, key, answer, z, p in zip(rows, row_keys, answers, zs, ppl, strict=True):
-                        record = {"id": row["id"], "family": row["family"], "key": key.to_string(),
-                                  "query": row["query"], "response": answer, "label": label, "z": float(z),
-                                  "perplexity": p}
-                        sink.write(json.dumps(record) + "\n")
-                        done[row["id"]] = record
-                    sink.flush()
-                    bar.update(len(rows))
+            def save(indices: list[int], answers: list[str], ids: list[list[int]], group=group, keys=keys,
+                     label=label) -> None:
+                rows = [group[i] for i in indices]
+                row_keys = [keys[i] for i in indices]
+                zs = [r.z_score for r in verify(answers, row_keys, tokenizer, num_null_keys=1)]
+                ppl = (perplexities(model, tokenizer, [r["query"] for r in rows], answers) if config.perplexity
+                       else [None] * len(rows))
+                records = [{"id": row["id"], "family": row["family"], "key": key.to_string(),
+                            "query": row["query"], "response": answer, "response_ids": seq, "label": label,
+                            "z": float(z), "perplexity": p}
+                           for row, key, answer, seq, z, p in zip(rows, row_keys, answers, ids, zs, ppl, strict=True)]
+                append_jsonl(log, records)
+                done.update((r["id"], r) for r in records)
+                bar.update(len(rows))
 
-                generate_responses(model, tokenizer, [it["query"] for it in group], keys,
-                                   mode="bias" if label else "plain", delta=config.delta(family),
-                                   max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
-                                   seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save)
+            generate_responses(model, tokenizer, [it["query"] for it in group], keys,
+                               mode="bias" if label else "plain", delta=config.delta(family) * scale,
+                               max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
+                               seed=config.seed + group[0]["seed"], generation_kwargs=sampling, on_batch=save,
+                               return_token_ids=True)
     bar.close()
     state.wait_for_everyone()
     rows = list(_read_logs(out).values())  # earlier runs into the same folder (e.g. one family at a time) are kept
@@ -274,10 +276,15 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
 
 
 def _read_logs(out: Path) -> dict[str, dict[str, Any]]:
+    """Rows already generated, by id; a torn last line (an interrupted run) is skipped and regenerated."""
     done: dict[str, dict[str, Any]] = {}
     for log in sorted(out.glob("rows*.jsonl")):
-        for line in log.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["id"]] = row
+        for number, row in iter_jsonl(log, on_torn=_note_torn):
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+                raise JSONLError(f"{log}:{number}: expected an object with a string 'id' field")
+            done[row["id"]] = row
     return done
+
+
+def _note_torn(name: str, number: int) -> None:
+    print(f"note: {name}:{number}: skipped an incomplete last line (interrupted run); it is regenerated")

@@ -1,0 +1,173 @@
+"""Per-key calibration: the false-positive rate of *one* key on human text, and key screening.
+
+The verifiers' p-values are exact on average over keys (TSP, WIP) or secrets (SA): a randomly
+drawn key fires on a fraction ``alpha`` of texts independent of it. One fixed key on one kind of
+text can still be above or below ``alpha``. :func:`calibrate_keys` measures it: the key's
+empirical FPR at ``alpha`` on a corpus of human passages, with a Clopper-Pearson interval
+(``scipy.stats.binomtest``; the passages are taken as independent draws of the domain).
+:func:`screen_key` draws keys from a seed onwards and keeps the first whose empirical FPR is at
+most ``max_fpr`` (screen on one half of a corpus and audit on the other: ``docs/detection-power.md``).
+
+The default corpus ships with the package (``icw/data/human_passages.jsonl.gz``): 4,197 passages
+of human English (gensim 4.4.0's news documents and Wikipedia paragraphs of more than 40 words,
+built by ``scripts/make_reference_data.py``). Calibrate on text like yours with ``corpus=``.
+
+Example:
+    >>> from icw import ICWKey
+    >>> cal = calibrate_keys([ICWKey.create("sa", seed=1)], corpus=default_corpus()[:200])[0]
+    >>> cal.num_texts, 0.0 <= cal.ci[0] <= cal.fpr <= cal.ci[1] <= 1.0
+    (200, True)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .keys import ICWKey, as_key
+from .multikey import _score_many
+from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, _check_texts
+
+DEFAULT_CORPUS = Path(__file__).parent / "data" / "human_passages.jsonl.gz"
+DEFAULT_CONFIDENCE = 0.95
+#: Screening gives up after this many rejected seeds (a bound below alpha rejects nearly every key).
+MAX_SCREEN_TRIES = 200
+
+
+@dataclass
+class Calibration:
+    """The empirical false-positive rate of one key at ``alpha`` on ``num_texts`` human passages.
+
+    ``ci`` is the two-sided Clopper-Pearson (exact binomial) interval at ``confidence``.
+    """
+
+    key: str
+    alpha: float
+    num_texts: int
+    num_false_positives: int
+    fpr: float
+    ci: tuple[float, float]
+    confidence: float
+    corpus: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@lru_cache(maxsize=1)
+def default_corpus() -> tuple[str, ...]:
+    """The bundled human passages (4,197 of them)."""
+    with gzip.open(DEFAULT_CORPUS, "rt", encoding="utf-8") as handle:
+        return tuple(json.loads(line)["text"] for line in handle if line.strip())
+
+
+def read_corpus(path: str | Path) -> list[str]:
+    """Passages of a corpus file: JSON Lines with a ``text`` field (``.jsonl``, optionally ``.gz``), or
+    plain text with passages separated by blank lines."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such corpus file (JSON Lines with a 'text' field, or plain text with "
+                         "passages separated by blank lines)")
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            content = handle.read()
+    except (UnicodeDecodeError, OSError) as err:
+        raise ValueError(f"{path} is not UTF-8 text: {err}") from None
+    if ".jsonl" in path.suffixes:
+        texts = []
+        for number, line in enumerate(content.splitlines(), 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+                if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                    raise ValueError(f"{path}:{number}: expected an object with a string 'text' field")
+                texts.append(row["text"])
+    else:
+        texts = [p.strip() for p in content.replace("\r\n", "\n").split("\n\n") if p.strip()]
+    if not texts:
+        raise ValueError(f"{path} has no passages")
+    return texts
+
+
+def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | str | Path | None = None,
+                   tokenizer: Any = None, *, alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE,
+                   num_null_keys: int = DEFAULT_NULL_KEYS) -> list[Calibration]:
+    """Each key's empirical FPR at ``alpha`` on ``corpus`` (the bundled human English by default).
+
+    The keys share one pass over the corpus (one family per call; each text tokenized once). A key
+    "fires" on a passage when :func:`icw.verify` would call it watermarked (``p_value <= alpha``).
+
+    Args:
+        keys: one key or a list of keys of one family.
+        corpus: a list of passages, a corpus file (see :func:`read_corpus`), or None for the default.
+        tokenizer: as in :func:`icw.verify`.
+        alpha: the significance level whose false-positive rate is measured.
+        confidence: of the Clopper-Pearson interval.
+        num_null_keys: SA Monte Carlo size, as in :func:`icw.verify`.
+    """
+    from scipy.stats import binomtest
+
+    keys = [as_key(keys)] if isinstance(keys, (ICWKey, str, dict)) else [as_key(k) for k in keys]
+    if not keys:
+        raise ValueError("no keys to calibrate")
+    if not 0.0 < alpha < 1.0 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"alpha and confidence must lie strictly between 0 and 1, got {alpha!r} and {confidence!r}")
+    if len({k.family for k in keys}) > 1:
+        raise ValueError("calibrate the keys of each family separately")
+    name = "bundled human English (gensim news + Wikipedia)" if corpus is None else \
+        str(corpus) if isinstance(corpus, (str, Path)) else f"{len(corpus)} passages"
+    texts = list(default_corpus()) if corpus is None else read_corpus(corpus) if isinstance(corpus, (str, Path)) \
+        else _check_texts(list(corpus), 10**9)
+    out = []
+    fires = np.zeros(len(keys), dtype=np.int64)
+    for start in range(0, len(texts), 500):  # bounded memory for large corpora
+        _, p, _, _ = _score_many(texts[start:start + 500], keys, tokenizer, DEFAULT_PERMUTATIONS, num_null_keys,
+                                 with_z=False)
+        fires += (p <= alpha).sum(0)
+    for key, k in zip(keys, fires, strict=True):
+        ci = binomtest(int(k), len(texts)).proportion_ci(confidence_level=confidence, method="exact")
+        out.append(Calibration(key.to_string(), alpha, len(texts), int(k), int(k) / len(texts),
+                               (float(ci.low), float(ci.high)), confidence, name))
+    return out
+
+
+def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float = 0.02, alpha: float = DEFAULT_ALPHA,
+               corpus: list[str] | str | Path | None = None, max_tries: int = MAX_SCREEN_TRIES,
+               **params: Any) -> tuple[ICWKey, Calibration, list[Calibration]]:
+    """The first key from ``seed`` onwards (``seed``, ``seed + 1``, ...) whose empirical FPR at
+    ``alpha`` on ``corpus`` is at most ``max_fpr``.
+
+    Returns:
+        ``(key, its calibration, the calibrations of the seeds rejected before it)``.
+
+    Example:
+        >>> key, cal, rejected = screen_key("sa", seed=3, max_fpr=0.05, corpus=default_corpus()[:100])
+        >>> cal.fpr <= 0.05 and key.seed == 3 + len(rejected)
+        True
+    """
+    if not 0.0 < max_fpr <= 1.0:
+        raise ValueError(f"max_fpr must lie in (0, 1], got {max_fpr!r}")
+    tok = tokenizer
+    if family != "sa" and tok is not None and not callable(tok):
+        raise TypeError("tokenizer must be a Hugging Face tokenizer")
+    texts = list(default_corpus()) if corpus is None else corpus
+    rejected: list[Calibration] = []
+    batch = 8  # calibrate a few seeds per pass over the corpus: most keys pass
+    for start in range(seed, seed + max_tries, batch):
+        keys = [ICWKey.create(family, s, tok if family != "sa" else None, **params)
+                for s in range(start, min(start + batch, seed + max_tries))]
+        for key, cal in zip(keys, calibrate_keys(keys, texts, tok, alpha=alpha), strict=True):
+            if cal.fpr <= max_fpr:
+                return key, cal, rejected
+            rejected.append(cal)
+    raise ValueError(f"no key among seeds {seed}..{seed + max_tries - 1} has an empirical FPR at most {max_fpr:g} at "
+                     f"alpha {alpha:g} on this corpus: raise --max-fpr (it should exceed alpha)")

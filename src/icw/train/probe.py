@@ -1,0 +1,272 @@
+r"""The key-swap probe: does a model read the key from the instruction, or from the response so far?
+
+For held-out ``D_cs``-style rows (a query, a response written under a generating key ``K``, and
+a second key ``K'`` of the same family), teacher-force the response and, at every position whose
+next token is scored by the family (WIP: word-initial tokens; TSP: the candidate pool), take
+the log-odds that the next scored token is green under a letter set / token set ``G``:
+
+    lo(m, prompt, G)_t = log sum_{v in S ∩ G} p_m(v | prompt, y_<t) - log sum_{v in S \ G} p_m(v | prompt, y_<t)
+
+The probe reports the *lift* over the frozen base model that sees the query alone (the SDLP
+teacher before its perturbation; a teacher with bias ``delta`` on ``G`` has lift exactly
+``delta``), averaged over a row's positions, then over rows (mean ± standard error over rows):
+
+    A     = lo(model, instr(K)  + q, G_K)  - lo(base, q, G_K)    prompt key = generating key
+    B     = lo(model, instr(K') + q, G_K') - lo(base, q, G_K')   reading the instruction
+    C     = lo(model, instr(K') + q, G_K)  - lo(base, q, G_K)    reading the prefix
+    plain = lo(model, q,              G_K) - lo(base, q, G_K)    no instruction at all
+
+A model that follows instructions has ``B > 0``; a prefix-reader has ``C ≈ A`` and ``B ≈ 0``.
+SA has no per-token preference set and is not probed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..generation import chat_prompt
+from ..keys import ICWKey, as_key, green_mask, scored_mask
+from ..vocab import vocabulary
+
+#: First key seed of the probe's "other" keys: disjoint from ICWBench's test seeds (small) and
+#: from the training pool (>= 1,000,000).
+PROBE_SEED_OFFSET = 900_000
+CONDITIONS = ("A", "B", "C", "plain")
+_MEANING = {"A": "prompt key = generating key, scored on its green set",
+            "B": "prompt key = another key, scored on the prompt key's set (reading the instruction)",
+            "C": "prompt key = another key, scored on the generating key's set (reading the prefix)",
+            "plain": "no instruction, scored on the generating key's set"}
+
+
+@dataclass
+class ProbeStat:
+    """One condition of the probe: mean lift over rows with its standard error."""
+
+    condition: str
+    mean: float
+    stderr: float
+    num_rows: int
+    num_positions: int
+    meaning: str = ""
+
+
+@dataclass
+class KeySwapProbeReport:
+    """The four conditions of :func:`key_swap_probe` plus what the numbers are."""
+
+    family: str
+    stats: dict[str, ProbeStat]
+    statistic: str = ("log-odds lift of the next scored token being green, model (given prompt) minus "
+                      "base model (query alone); per-row mean over positions, mean ± s.e. over rows")
+    per_row: dict[str, list[float]] = field(default_factory=dict, repr=False)
+
+    def __getitem__(self, condition: str) -> ProbeStat:
+        return self.stats[condition]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "statistic": self.statistic,
+                **{c: asdict(s) for c, s in self.stats.items()}}
+
+    def to_markdown(self) -> str:
+        lines = [f"Key-swap probe ({self.family.upper()}): {self.statistic}", "",
+                 "| Condition | Lift (mean ± s.e.) | Rows | Positions | Meaning |", "|---|---|---|---|---|"]
+        for c, s in self.stats.items():
+            lines.append(f"| {c} | {s.mean:+.3f} ± {s.stderr:.3f} | {s.num_rows} | {s.num_positions} | {s.meaning} |")
+        return "\n".join(lines)
+
+
+def other_key(key: ICWKey, tokenizer: Any, index: int) -> ICWKey:
+    """A held-out key of ``key``'s family and parameters, different from ``key`` (seed ``PROBE_SEED_OFFSET + index``)."""
+    seed = PROBE_SEED_OFFSET + index
+    while True:
+        candidate = ICWKey.create(key.family, seed, tokenizer, **_params(key))
+        if candidate.family == "tsp" or candidate.green_letters != key.green_letters:
+            return candidate
+        seed += 100_000
+
+
+def _params(key: ICWKey) -> dict[str, Any]:
+    if key.family == "tsp":
+        return {"gamma": key.gamma, "pool_size": key.pool_size}
+    return {"num_letters": key.num_letters}
+
+
+@torch.no_grad()
+def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]],
+              sets: list[list[tuple[np.ndarray, np.ndarray]]], positions: list[np.ndarray]) -> list[list[float]]:
+    """For each row and each (scored, green) pair of masks: the mean over the row's probe positions of
+    ``lo_t``; one forward per row batch (right padding)."""
+    device = next(model.parameters()).device
+    seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.tensor(s)
+        mask[b, : len(s)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    out = []
+    for b, (prompt, pos) in enumerate(zip(prompts, positions, strict=True)):
+        logp = torch.log_softmax(logits[b, len(prompt) - 1 + torch.as_tensor(pos, device=device)], dim=-1)
+        row = []
+        for scored, green in sets[b]:
+            s = torch.as_tensor(_fit(scored, logp.shape[-1]), device=device)
+            g = torch.as_tensor(_fit(green & scored, logp.shape[-1]), device=device)
+            lo = torch.logsumexp(logp[:, g], -1) - torch.logsumexp(logp[:, s & ~g], -1)
+            row.append(float(lo.mean()))
+        out.append(row)
+    return out
+
+
+def _fit(mask: np.ndarray, width: int) -> np.ndarray:
+    return mask[:width] if len(mask) >= width else np.pad(mask, (0, width - len(mask)))
+
+
+def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], base_model: Any = None,
+                   other_keys: Sequence[ICWKey | str] | None = None, template: str | None = None,
+                   max_response_tokens: int | None = 256, batch_size: int = 4) -> KeySwapProbeReport:
+    r"""Run the key-swap probe (see the module docstring) on ``rows``.
+
+    Args:
+        model: the model under test (a causal LM).
+        tokenizer: its tokenizer (the keys' tokenizer).
+        rows: dicts with ``query``, ``key`` (the generating key, TSP or WIP) and ``response`` (or the
+            sampled ``response_ids``); ``D_H1`` rows of ``D_cs`` are exactly this.
+        base_model: the frozen reference that sees the query alone (the SDLP teacher without its
+            bias). Default: ``model`` with its adapter disabled when it is a PEFT model, else ``model``
+            itself (then ``plain`` is 0 by construction and the lifts are relative to the model's
+            own plain behaviour).
+        other_keys: one key ``K'`` per row (default: :func:`other_key`, held-out seeds).
+        template: a custom instruction template (default: the paper's).
+        max_response_tokens: teacher-force at most this many response tokens per row.
+        batch_size: rows per forward pass.
+
+    Returns:
+        A :class:`KeySwapProbeReport` with conditions ``A``, ``B``, ``C`` and ``plain``.
+
+    Example:
+        >>> from icw.testing import tiny_random_model
+        >>> model, tok = tiny_random_model()
+        >>> key = ICWKey.create("wip", seed=1, tokenizer=tok)
+        >>> rows = [{"query": "Why is the sky blue?", "key": key.to_string(),
+        ...          "response": "Because sunlight scatters off small molecules in the air."}]
+        >>> report = key_swap_probe(model, tok, rows)
+        >>> sorted(report.stats)
+        ['A', 'B', 'C', 'plain']
+    """
+    if not rows:
+        raise ValueError("the probe needs at least one row (query, key, response)")
+    view = vocabulary(tokenizer)
+    keys = [as_key(r["key"]) for r in rows]
+    if any(k.family == "sa" for k in keys) or len({k.family for k in keys}) > 1:
+        raise ValueError("the key-swap probe takes rows of one family, TSP or WIP (SA has no per-token green set)")
+    others = ([as_key(k) for k in other_keys] if other_keys is not None
+              else [other_key(k, tokenizer, i) for i, k in enumerate(keys)])
+    if len(others) != len(rows):
+        raise ValueError(f"got {len(others)} other keys for {len(rows)} rows: pass one per row")
+    eos = tokenizer.eos_token_id
+    items = []
+    for row, key, alt in zip(rows, keys, others, strict=True):
+        ids = list(row["response_ids"]) if row.get("response_ids") is not None else \
+            tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+        ids = [t for t in ids if t != eos][:max_response_tokens]
+        scored = scored_mask(key, view)
+        pos = np.array([t for t, tok in enumerate(ids) if tok < len(scored) and scored[tok]], dtype=np.int64)
+        if len(pos) == 0:
+            continue
+        g_key, g_alt = green_mask(key, view), green_mask(alt, view)
+        s_alt = scored_mask(alt, view)
+        q = row["query"]
+        prompts = {name: tokenizer(chat_prompt(tokenizer, text), add_special_tokens=False)["input_ids"]
+                   for name, text in (("key", key.prompt(q, tokenizer, template)),
+                                      ("alt", alt.prompt(q, tokenizer, template)), ("plain", q))}
+        items.append((ids, pos, prompts, (scored, g_key), (s_alt, g_alt)))
+    if not items:
+        raise ValueError("no row has a scored token in its response: nothing to probe")
+    reference_ctx = _reference(model, base_model)
+    lifts: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    positions = 0
+    for start in range(0, len(items), batch_size):
+        part = items[start : start + batch_size]
+        resp, pos = [it[0] for it in part], [it[1] for it in part]
+        positions += sum(len(p) for p in pos)
+        a = _log_odds(model, [it[2]["key"] for it in part], resp, [[it[3]] for it in part], pos)
+        bc = _log_odds(model, [it[2]["alt"] for it in part], resp, [[it[4], it[3]] for it in part], pos)
+        plain = _log_odds(model, [it[2]["plain"] for it in part], resp, [[it[3]] for it in part], pos)
+        with reference_ctx() as ref:
+            base = _log_odds(ref, [it[2]["plain"] for it in part], resp, [[it[3], it[4]] for it in part], pos)
+        for b in range(len(part)):
+            lifts["A"].append(a[b][0] - base[b][0])
+            lifts["B"].append(bc[b][0] - base[b][1])
+            lifts["C"].append(bc[b][1] - base[b][0])
+            lifts["plain"].append(plain[b][0] - base[b][0])
+    n = len(items)
+    stats = {c: ProbeStat(c, float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(n)) if n > 1 else float("nan"),
+                          n, positions, _MEANING[c]) for c, v in lifts.items()}
+    return KeySwapProbeReport(keys[0].family, stats, per_row=lifts)
+
+
+def _reference(model: Any, base_model: Any) -> Any:
+    from contextlib import contextmanager, nullcontext
+
+    @contextmanager
+    def ctx() -> Any:
+        if base_model is not None:
+            yield base_model
+        elif hasattr(model, "disable_adapter"):
+            with model.disable_adapter():
+                yield model
+        else:
+            with nullcontext():
+                yield model
+
+    return ctx
+
+
+# ----------------------------------------------------------------------------------- CLI
+def probe_rows(dataset_name: str, family: str, num_rows: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``num_rows`` D_H1 rows of ``family`` from a ``D_cs`` folder or parquet file."""
+    from .common import load_dcs
+
+    ds = load_dcs(dataset_name, [family], label=1).shuffle(seed=seed)
+    return [dict(r) for r in ds.select(range(min(num_rows, len(ds))))]
+
+
+def main(argv: Sequence[str] | None = None) -> KeySwapProbeReport:
+    """``icw train probe``: run the probe on a model and held-out D_cs rows, print the table."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from ..models import load_model
+
+    parser = argparse.ArgumentParser(prog="icw train probe", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model under test: smollm2, a folder (full or LoRA adapter)")
+    parser.add_argument("--base_model", default="smollm2", help="frozen reference that sees the query alone")
+    parser.add_argument("--dataset_name", required=True, help="held-out D_cs rows (a folder written by synthesize)")
+    parser.add_argument("--family", default="wip", choices=["wip", "tsp"])
+    parser.add_argument("--num_rows", type=int, default=32)
+    parser.add_argument("--max_response_tokens", type=int, default=256)
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--output", default=None, help="write the report as JSON here")
+    args = parser.parse_args(None if argv is None else list(argv))
+    if args.num_rows < 2:
+        raise ValueError("--num_rows must be at least 2 (the standard error needs two rows)")
+    if not Path(args.dataset_name).exists():
+        raise ValueError(f"{args.dataset_name} does not exist: write held-out rows with `icw train synthesize "
+                         "--seed_offset 0 --queries_file <held-out queries> --output_dir <folder>`")
+    rows = probe_rows(args.dataset_name, args.family, args.num_rows)
+    model, tok = load_model(args.model, device=args.device)
+    base = model if args.base_model == args.model else load_model(args.base_model, device=args.device)[0]
+    report = key_swap_probe(model.eval(), tok, rows, base_model=base.eval(),
+                            max_response_tokens=args.max_response_tokens, batch_size=args.batch_size)
+    print(report.to_markdown())
+    if args.output:
+        Path(args.output).write_text(json.dumps(report.to_dict(), indent=2))
+    return report

@@ -1,0 +1,91 @@
+"""Prefix-independent SDLP targets (issue 16): key relabelling and on-policy batches.
+
+Off-policy ``D_H1`` answers were written under their key's bias, so the response prefix reveals
+the key and a student can lower the SDLP loss without reading the instruction. Relabelling trains
+each answer under a fresh, independent key; on-policy batches replace the answers by the student's
+own samples. Both are switched on by :class:`~icw.train.sdlp_config.SDLPConfig` fields
+(``relabel_keys``, ``relabel_num_keys``, ``lmbda``) and used by :class:`~icw.train.sdlp.SDLPTrainer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..keys import FAMILIES, ICWKey, as_key
+
+#: First key seed of relabelled training keys: inside the training pool (>= 1,000,000), apart from
+#: the synthesis seeds (family offsets of 10,000,000 below 40,000,000).
+RELABEL_SEED_OFFSET = 41_000_000
+
+
+def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, num_keys: int = 0) -> ICWKey:
+    """The fresh training key of row ``index``: same family and parameters (TSP gamma and pool, WIP
+    letter count, SA length) as ``key``, material drawn from an independent seed.
+
+    Example:
+        >>> old = ICWKey.create("sa", seed=1_000_003, length=19)
+        >>> new = relabel_key(old, None, index=3)
+        >>> (new.family, new.length, new.secret_string != old.secret_string)
+        ('sa', 19, True)
+    """
+    key = as_key(key)
+    slot = index if num_keys <= 0 else int(np.random.default_rng([seed, index, 11]).integers(num_keys))
+    new_seed = RELABEL_SEED_OFFSET + FAMILIES.index(key.family) * 1_000_000 + (seed % 1000) * 10_000 + slot % 10_000
+    params = {"tsp": {"gamma": key.gamma, "pool_size": key.pool_size}, "wip": {"num_letters": key.num_letters},
+              "sa": {"length": key.length}}[key.family]
+    return ICWKey.create(key.family, new_seed, tokenizer if key.family != "sa" else None, **params)
+
+
+def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0) -> Any:
+    """``D_cs`` with every ``D_H1`` key replaced by :func:`relabel_key` (the writing key is kept in
+    ``generating_key``); ``D_H0`` rows are unchanged."""
+
+    def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
+        old = row.get("key") or ""
+        if not (int(row.get("label", 1)) and old):
+            return {"key": old, "generating_key": old}
+        return {"key": relabel_key(old, tokenizer, index, seed, num_keys).to_string(), "generating_key": old}
+
+    return dataset.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
+
+
+class Rows:
+    """The batch's rows (keys and prompt ids) riding along in the batch for on-policy resampling; an
+    opaque object, so Trainer and accelerate pass it through instead of walking its lists."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+
+@torch.no_grad()
+def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The same rows with responses sampled by the student from its own prompt (``transformers``
+    ``generate``), re-collated: the teacher then scores the student's own tokens, its ``Delta_t``
+    (WIP/TSP mask, SA replay) follows them, and nothing of the off-policy answer remains."""
+    rows = inputs["rows"].rows
+    tok = trainer.processing_class
+    prompts = [list(r["student_prompt_ids"]) for r in rows]
+    width = max(len(p) for p in prompts)
+    pad = trainer.data_collator.pad_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=trainer.accelerator.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=trainer.accelerator.device)
+    max_new = trainer.args.on_policy_max_new_tokens or max(trainer.args.max_response_length - 1, 1)
+    unwrapped = trainer.accelerator.unwrap_model(model)
+    was_training = unwrapped.training
+    unwrapped.eval()
+    try:
+        out = unwrapped.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=max_new,
+                                 temperature=trainer.args.on_policy_temperature, top_p=1.0, top_k=0,
+                                 pad_token_id=pad, eos_token_id=tok.eos_token_id, use_cache=True)
+    finally:
+        unwrapped.train(was_training)
+    features = []
+    for r, seq in zip(rows, out[:, width:].tolist(), strict=True):
+        cut = seq.index(tok.eos_token_id) if tok.eos_token_id in seq else len(seq)
+        features.append({**r, "response_ids": seq[:cut] + [tok.eos_token_id]})
+    return trainer.data_collator(features)

@@ -1,0 +1,215 @@
+"""Prefix-independent SDLP targets (key relabelling, on-policy batches), the GRPO loss and reward,
+and the synthesis defects of issue 16 (tiny random Qwen3 with the real Qwen3 tokenizer)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from icw import ICWKey
+from icw.keys import as_key, green_mask
+from icw.train.grpo import ICWReward, make_parser
+from icw.train.sdlp import (
+    SDLPCollator,
+    SDLPConfig,
+    SDLPTrainer,
+    relabel_keys,
+    sa_bias_codes,
+    tokenize_dataset,
+)
+from icw.train.synthesis import SynthesisConfig, plan, synthesize
+from icw.vocab import vocabulary
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSWER = "Bridges stand because forces balance. Engineers compute loads carefully! However, wind matters too."
+QUERIES = ["Why is the sky blue?", "How do bees make honey?", "What causes tides?", "Why do cats purr?",
+           "How do vaccines work?", "What is inflation?", "Why do leaves change colour?", "How do rivers form?"]
+
+
+def _dcs(tok):
+    from datasets import Dataset
+
+    rows = [{"family": "wip", "key": ICWKey.create("wip", seed=1_000_000 + i, tokenizer=tok).to_string(),
+             "query": QUERIES[i], "response": ANSWER, "label": 1} for i in range(3)]
+    rows.append({"family": "sa", "key": ICWKey.create("sa", seed=21_000_000, length=19).to_string(),
+                 "query": QUERIES[3], "response": ANSWER, "label": 1})
+    rows.append({"family": "wip", "key": rows[0]["key"], "query": QUERIES[4], "response": "Plain.", "label": 0})
+    return Dataset.from_list(rows)
+
+
+def test_relabelling_moves_the_teacher_delta_and_the_instruction_to_the_new_key(qwen3):
+    original = _dcs(qwen3)
+    relabelled = relabel_keys(original, qwen3, seed=0)
+    assert relabelled["generating_key"] == original["key"]
+    for old, new, label in zip(original["key"], relabelled["key"], original["label"], strict=True):
+        if label:
+            o, n = as_key(old), as_key(new)
+            assert n != o and n.family == o.family and n.seed >= 1_000_000  # a training-pool key, not an eval one
+            assert (n.green_letters != o.green_letters) if n.family == "wip" else (n.secret_string != o.secret_string)
+            assert n.family != "sa" or n.length == o.length == 19
+        else:
+            assert new == old  # D_H0 rows keep their (never shown) key
+    feats = list(tokenize_dataset(relabelled, qwen3))
+    batch = SDLPCollator(qwen3, len(qwen3), SDLPConfig(output_dir="unused", report_to="none"))(feats)
+    view = vocabulary(qwen3)
+    for b in range(3):  # WIP: the teacher's mask is the new key's green set, and the student is told the new key
+        new, old = as_key(feats[b]["key"]), as_key(feats[b]["generating_key"])
+        row = batch["bias_rows"][batch["bias_index"][b, 0]].numpy()
+        assert np.array_equal(row, green_mask(new, view)) and not np.array_equal(row, green_mask(old, view))
+        prompt = qwen3.decode(feats[b]["student_prompt_ids"])
+        assert new.instruction(qwen3) in prompt and old.instruction(qwen3) not in prompt
+    # SA: the replay follows the new secret along the same response
+    new = as_key(feats[3]["key"])
+    codes = sa_bias_codes(new.secret_string, feats[3]["response_ids"], view)
+    assert codes != sa_bias_codes(as_key(feats[3]["generating_key"]).secret_string, feats[3]["response_ids"], view)
+    offset = int(batch["bias_index"][3][batch["bias_index"][3] > 0].min()) - min(c for c in codes if c >= 0)
+    assert (batch["bias_index"][3, : len(codes)] - offset).tolist() == codes
+    assert codes[0] == ord(new.secret_string[0]) - 65
+    assert batch["bias_index"][4].abs().sum() == 0  # D_H0: no delta
+
+
+def test_relabel_pool_sizes_give_a_curriculum(qwen3):
+    from datasets import Dataset
+
+    rows = Dataset.from_list([{"family": "wip", "key": ICWKey.create("wip", seed=1_000_000 + i, tokenizer=qwen3)
+                               .to_string(), "query": q, "response": ANSWER, "label": 1} for i, q in enumerate(QUERIES)])
+    assert len(set(relabel_keys(rows, qwen3, num_keys=1)["key"])) == 1
+    assert len(set(relabel_keys(rows, qwen3, num_keys=0)["key"])) == len(QUERIES)
+    assert set(relabel_keys(rows, qwen3, num_keys=2)["key"]) <= set(relabel_keys(rows, qwen3, num_keys=2, seed=0)["key"])
+    assert len(set(relabel_keys(rows, qwen3, num_keys=3)["key"])) <= 3
+
+
+def test_on_policy_batches_are_scored_along_the_students_own_tokens(tiny_qwen, tmp_path):
+    model, tok = tiny_qwen
+    config = SDLPConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, lmbda=1.0, max_response_length=9,
+                        top_k_sa=50)
+    trainer = SDLPTrainer(model, config, train_dataset=_dcs(tok).select(range(1, 4)), processing_class=tok)
+    feats = [trainer.train_dataset[i] for i in range(3)]
+    batch = trainer.data_collator(feats)
+    torch.manual_seed(123)
+    new = trainer.on_policy_batch(trainer.model, batch)
+    # the same draw by hand: the student's prompt (left-padded), transformers' sampler
+    prompts = [f["student_prompt_ids"] for f in feats]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    torch.manual_seed(123)
+    want = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=8, temperature=1.0,
+                          top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)[:, width:]
+    view = vocabulary(tok)
+    for b, f in enumerate(feats):
+        n = int(new["response_mask"][b].sum())
+        sampled = want[b].tolist()
+        sampled = sampled[: sampled.index(tok.eos_token_id)] if tok.eos_token_id in sampled else sampled
+        for side in ("teacher", "student"):  # both sides see the student's sample after their own prompt
+            got = new[f"{side}_input_ids"][b, new[f"{side}_positions"][b, :n] + 1].tolist()
+            assert got == sampled + [tok.eos_token_id]
+            assert new[f"{side}_input_ids"][b, : len(f[f"{side}_prompt_ids"])].tolist() == f[f"{side}_prompt_ids"]
+        assert got != f["response_ids"]
+        key = as_key(f["key"])
+        if key.family == "sa":  # the SA replay runs along the sampled tokens
+            codes = sa_bias_codes(key.secret_string, got, view)
+            active = new["bias_index"][b, :n]
+            assert ((active == active.max()) | (active == 0)).all() or len(set(codes)) > 1
+        else:
+            assert (new["bias_index"][b, :n] > 0).all()
+    loss = trainer.compute_loss(trainer.model, trainer._prepare_inputs(new))
+    assert math.isfinite(loss.item())
+
+
+@pytest.mark.parametrize("options", [{"relabel_keys": True}, {"relabel_keys": True, "relabel_num_keys": 2},
+                                     {"lmbda": 0.5}], ids=["relabel", "relabel-pool", "mixed"])
+def test_sdlp_trains_with_each_new_option(tiny_qwen, tmp_path, options):
+    from icw.testing import tiny_random_model
+
+    _, tok = tiny_qwen
+    config = SDLPConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, max_steps=2, logging_steps=1,
+                        per_device_train_batch_size=2, top_k_sa=50, max_response_length=12, learning_rate=1e-3,
+                        save_strategy="no", **options)
+    trainer = SDLPTrainer(tiny_random_model("qwen3").train(), config, train_dataset=_dcs(tok), processing_class=tok)
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    if options.get("relabel_keys"):
+        assert "generating_key" in trainer.train_dataset.column_names
+
+
+def test_sdlp_config_rejects_bad_fractions():
+    with pytest.raises(ValueError, match="lmbda"):
+        SDLPConfig(output_dir="unused", report_to="none", lmbda=1.5)
+    with pytest.raises(ValueError, match="relabel_num_keys"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_num_keys=-1)
+
+
+def test_grpo_uses_the_papers_loss_in_every_recipe():
+    from trl import GRPOConfig
+
+    assert GRPOConfig(output_dir="unused", report_to="none", use_cpu=True).loss_type != "grpo"  # why the default
+    extra = [] if torch.cuda.is_available() else ["--use_cpu", "true"]  # GPU recipes ask for bf16
+    _, training, _, _ = make_parser().parse_args_and_config(["--output_dir", "unused", *extra])
+    assert training.loss_type == "grpo"
+    for path in sorted(ROOT.glob("recipes/configs/*/grpo.yaml")):
+        _, training, _, _ = make_parser().parse_args_and_config(["--config", str(path), "--output_dir", "unused", *extra])
+        assert training.loss_type == "grpo", path
+
+
+def test_grpo_reward_never_prefers_short_or_gated_answers(qwen3):
+    wip = ICWKey.create("wip", seed=5, tokenizer=qwen3)
+    red = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in wip.green_letters]
+    words = {"A": "apples", "B": "bring", "C": "cold", "D": "days", "E": "every", "F": "far", "G": "good",
+             "H": "home", "I": "into", "J": "just", "K": "keep", "L": "long", "M": "many", "N": "near", "O": "over",
+             "P": "people", "Q": "quite", "R": "rain", "S": "some", "T": "time", "U": "under", "V": "very",
+             "W": "with", "X": "xray", "Y": "young", "Z": "zero"}
+    honest_bad = " ".join(words[c] for c in red * 4)  # a long honest attempt with a strongly negative z
+    reward = ICWReward(qwen3, min_completion_tokens=20)
+    r_bad, r_short = reward(completions=[honest_bad, "Bring good."], key=[wip.to_string()] * 2)
+    assert r_bad == -2.0 and r_short == -3.0 and r_short < r_bad  # floor for honest, rejection below it
+    sa = ICWKey.create("sa", seed=2)
+    gated = "**" + sa.secret_string[0] + "**" + "ees make honey. " * 20
+    assert reward(completions=[gated], key=[sa.to_string()]) == [-3.0]
+    with pytest.raises(ValueError, match="below z_floor"):
+        ICWReward(qwen3, z_floor=-2.0, rejected_reward=0.0)
+
+
+def test_plan_keeps_h0_queries_apart_from_h1(qwen3):
+    config = SynthesisConfig(families=["wip", "sa"], num_h1=[4], num_h0=[2])
+    items = plan(config, QUERIES)
+    h1 = {it["query"] for it in items if it["label"] == 1}
+    h0 = {it["query"] for it in items if it["label"] == 0}
+    assert h1 and h0 and not h1 & h0
+    with pytest.warns(UserWarning, match="reused"):
+        items = plan(SynthesisConfig(families=["wip"], num_h1=[10], num_h0=[3]), QUERIES)
+    assert not {it["query"] for it in items if it["label"]} & {it["query"] for it in items if not it["label"]}
+
+
+def test_synthesis_stores_the_sampled_ids_and_training_uses_them(tiny_qwen, tmp_path):
+    from icw.train.sdlp import tokenize_row
+
+    model, tok = tiny_qwen
+    config = SynthesisConfig(output_dir=str(tmp_path), families=["wip"], num_h1=[2], num_h0=[1], max_new_tokens=6,
+                             batch_size=2, perplexity=False)
+    ds = synthesize(config, model, tok, QUERIES)
+    for row in ds:
+        assert row["response_ids"] and tok.decode(row["response_ids"], skip_special_tokens=True).strip() == row["response"]
+        assert tokenize_row(row, tok)["response_ids"] == row["response_ids"][:1023] + [tok.eos_token_id]
+
+
+def test_synthesis_bias_shifts_the_tempered_logits_by_delta(tiny_qwen):
+    """transformers runs logits processors before the temperature warper: synthesis passes delta * T so
+    that the sampled distribution is softmax(l / T + delta), the teacher's log-odds shift."""
+    from icw.processors import logits_processor
+
+    model, tok = tiny_qwen
+    key, temperature, delta = ICWKey.create("wip", seed=4, tokenizer=tok), 0.7, 3.0
+    enc = tok(["Why is the sky blue?"], return_tensors="pt")
+    out = model.generate(**enc, logits_processor=[logits_processor(key, tok, delta * temperature)], do_sample=True,
+                         temperature=temperature, top_p=1.0, top_k=0, max_new_tokens=1, output_scores=True,
+                         output_logits=True, return_dict_in_generate=True, pad_token_id=tok.eos_token_id)
+    shift = (out.scores[0][0] - out.logits[0][0] / temperature).numpy()
+    green = green_mask(key, vocabulary(tok))
+    width = len(green)
+    assert np.allclose(shift[:width][green], delta, atol=1e-4) and np.allclose(shift[:width][~green], 0.0, atol=1e-4)
