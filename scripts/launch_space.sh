@@ -27,6 +27,10 @@ if [ -n "$BUNDLE" ]; then
   rm -rf "$BUNDLE/icw"
   cp -r src/icw "$BUNDLE/icw"
   find "$BUNDLE/icw" -name __pycache__ -type d -prune -exec rm -rf {} +
+  if [ -n "$(find "$BUNDLE" -type l)" ]; then  # a Space repo cannot hold links: every file must be real
+    echo "launch_space.sh: the bundle contains symbolic links: $(find "$BUNDLE" -type l | tr '\n' ' ')" >&2
+    exit 1
+  fi
   echo "Space folder ready: $BUNDLE (upload it with: hf upload <user>/<space> $BUNDLE . --repo-type space)"
   exit 0
 fi

@@ -31,8 +31,8 @@ def loaded():
 
 def test_load_from_repository_root_and_bundled_path(monkeypatch):
     monkeypatch.chdir(ROOT)
-    by_relative = evaluate.load("metrics/icw_sa")
-    assert Path(metric_path("icw_sa")).resolve() == (ROOT / "metrics" / "icw_sa").resolve()  # one source of truth
+    by_relative = evaluate.load("src/icw/metrics/icw_sa")
+    assert Path(metric_path("icw_sa")).resolve() == (ROOT / "src" / "icw" / "metrics" / "icw_sa").resolve()  # one source of truth
     key = "icw:sa:seed=3,secret=WRB"
     assert by_relative.compute(predictions=TEXTS, keys=key)["z_scores"] == [verify(t, key).z_score for t in TEXTS]
     with pytest.raises(ValueError, match="unknown icw metric"):
@@ -155,7 +155,7 @@ def test_metric_modules_follow_evaluate_rules():
     import yaml
 
     for name in METRICS:
-        folder = ROOT / "metrics" / name
+        folder = ROOT / "src" / "icw" / "metrics" / name
         assert {"app.py", "README.md", "requirements.txt", f"{name}.py"} <= {p.name for p in folder.iterdir()}
         tree = ast.parse((folder / f"{name}.py").read_text(encoding="utf-8"))
         for node in ast.walk(tree):

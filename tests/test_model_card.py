@@ -93,12 +93,64 @@ def test_bad_results_give_clear_errors(tmp_path, capsys):
         eval_results_files({"families": {"sa": {"roc_auc": 0.5}}})
 
 
-def test_a_run_on_a_local_dataset_folder_cites_the_hub_dataset(tmp_path):
+def test_a_run_on_a_local_dataset_folder_names_that_folder(tmp_path):
     local = tmp_path / "icwbench"
     local.mkdir()
     card = model_card({**RESULTS, "dataset": str(local)})
-    assert card.data.datasets == ["icw/ICWBench"]
-    assert {r.dataset_type for r in card.data.eval_results} == {"icw/ICWBench"}
+    assert card.data.datasets is None  # no Hub dataset the run did not use
+    assert {r.dataset_type for r in card.data.eval_results} == {"icwbench"}
+    assert f"the local folder `{local}`" in card.text and "icw/ICWBench" not in card.text
+    assert "cannot be reproduced from the Hub" in card.text
     files = eval_results_files({**RESULTS, "dataset": "./icwbench"})
-    assert {e["dataset"]["id"] for entries in files.values() for e in entries} == {"icw/ICWBench"}
+    assert {e["dataset"]["id"] for entries in files.values() for e in entries} == {"icwbench"}
     assert model_card(RESULTS, dataset_id="other-org/Bench").data.datasets == ["other-org/Bench"]
+
+
+def _report_results(tmp_path, mode: str, adapter: str | None, base_model: str | None) -> Path:
+    """results.json as `icw bench report` writes it, from a real run folder's config and records."""
+    from icw.bench.report import summarize
+
+    run = tmp_path / f"run-{mode}"
+    run.mkdir()
+    rng = __import__("numpy").random.default_rng(0)
+    config = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "base_model": base_model, "adapter": adapter,
+              "dataset": str(tmp_path / "icwbench"), "mode": mode, "max_new_tokens": 120}
+    (run / "run.json").write_text(json.dumps(config), encoding="utf-8")
+    records = []
+    for i in range(30):
+        for role, z in (("positive", rng.normal(2.0, 1.0)), ("negative", rng.normal(0.0, 1.0))):
+            records.append({"model": config["model"], "family": "wip", "id": f"q{i}", "role": role,
+                            "mode": mode if role == "positive" else "plain", "attack": "none", "z_score": float(z),
+                            "p_value": 0.5, "text": "x", "key": "k"})
+    (run / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = tmp_path / f"results-{mode}.json"
+    out.write_text(json.dumps(summarize(run, num_bootstrap=50)), encoding="utf-8")
+    return out
+
+
+def test_bias_mode_card_of_the_untrained_base_model_says_what_ran(tmp_path, capsys):
+    (tmp_path / "icwbench").mkdir()
+    results = _report_results(tmp_path, "bias", adapter=None, base_model=None)
+    assert cli_main(["hub", "model-card", str(results), "--out", str(tmp_path / "card")]) == 0
+    card = ModelCard.load(tmp_path / "card" / "README.md")
+    text = card.text
+    assert card.data.library_name == "transformers" and card.data.datasets is None
+    assert "adapter" not in text.split("## What was run")[0]  # no adapter claimed
+    assert "trained to follow" not in text and "answers to instructed queries" not in text
+    assert "no adapter, no ICW training recorded" in text
+    assert "Positives are answers to the plain queries decoded with the key's logit bias" in text
+    assert "Bias mode measures the verifiers and the logit bias, not instruction following" in text
+    assert f"the local folder `{tmp_path / 'icwbench'}`" in text and "icw/ICWBench" not in text
+    assert "WIP 30/30" in text and "Small samples" in text
+    assert "pip install icw" not in text and "not on PyPI" in text
+
+
+def test_adapter_instruction_card_says_what_ran(tmp_path):
+    (tmp_path / "icwbench").mkdir()
+    results = _report_results(tmp_path, "instruction", adapter="/runs/sdlp-wip/adapter",
+                              base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
+    card = model_card(results, model_id="my-org/icw-lora")
+    assert card.data.library_name == "peft" and card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "a peft/lora adapter over `HuggingFaceTB/SmolLM2-135M-Instruct`" in card.text
+    assert "Positives are answers to queries that carry the key's ICW instruction" in card.text
+    assert "Bias mode" not in card.text and "WIP 30/30" in card.text

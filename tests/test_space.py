@@ -55,9 +55,10 @@ def space(smollm2):
 
 
 def generate(client, query="Why is the sky blue?", family="wip", seed=11, key_string="", model="smollm2",
-             tokens=TOKENS, pool_size=300, delta=0.0):
+             tokens=TOKENS, pool_size=300, delta=0.0, **controls):
+    """Call /watermark_and_detect; ``controls`` (alpha, temperature, top_p, greedy, sample_seed, kgw) by name."""
     return client.predict(query, family, seed, 0.2, pool_size, 13, 18, key_string, delta, model, tokens,
-                          api_name="/watermark_and_detect")
+                          **controls, api_name="/watermark_and_detect")
 
 
 def icw_detect_cli(key: str, texts: list[str]) -> list[dict]:
@@ -169,21 +170,121 @@ def _key(family: str, seed: int, **params) -> str:
 
 @pytest.mark.slow
 def test_stop_ends_generation_early(space):
-    """The Stop button (API /stop, same session) ends a long generation; what was written is verified."""
+    """The Stop button (API /stop, same session) ends the batch; what was written is verified."""
     app, client = space
     job = client.submit("Write a long essay about the ocean.", "wip", 1, 0.2, 300, 13, 18, "", 0, "smollm2",
                         app.MAX_NEW_TOKENS, api_name="/watermark_and_detect")
     deadline = time.time() + 120
-    while time.time() < deadline and not any("Generating answer 1" in (o[0] or "") and o[1] for o in job.outputs()):
-        time.sleep(0.1)  # until the first tokens of answer 1 have streamed in
+    while time.time() < deadline and not any("token" in (o[0] or "") and o[1] for o in job.outputs()):
+        time.sleep(0.1)  # until the first tokens have streamed in
     start = time.time()
     client.predict(api_name="/stop")
     status, *answers, details = job.result(timeout=120)
-    assert status.startswith("Stopped: 1 of 3 answers"), status
-    assert details["stopped"] and len(details["answers"]) == 1
+    assert status.startswith("Stopped after"), status
+    assert details["stopped"] and [r["mode"] for r in details["answers"]] == ["plain", "instruction", "bias"]
     # far fewer than the 400 tokens asked for (about 300 words), and well before they could be written
-    assert details["answers"][0]["text"] and len(details["answers"][0]["text"].split()) < 150
+    for row in details["answers"]:
+        assert row["text"] and len(row["text"].split()) < 150
+        assert "z_score" in row  # verified as it stands
     assert time.time() - start < 60
+
+
+@pytest.mark.slow
+def test_one_batch_streams_all_answers_with_a_time_estimate_and_kgw(space, smollm2):
+    """The answers are written together (all columns grow in the same update), the page says how
+    long it will take, and the KGW column's verdict is transformers' own WatermarkDetector's."""
+    import torch
+    from scipy.stats import norm
+    from transformers import WatermarkDetector
+
+    app, client = space
+    job = client.submit("Why is the sky blue?", "wip", 3, 0.2, 300, 13, 18, "", 0, "smollm2", 24,
+                        api_name="/watermark_and_detect")
+    status, *answers, details = job.result(timeout=300)
+    outputs = job.outputs()
+    assert re.search(r"about \d+ s on this machine \(\d+\.\d\d s per token step\)", outputs[0][0] or outputs[1][0])
+    streaming = [o for o in outputs if "token " in (o[0] or "") and " of 24" in o[0]]
+    assert streaming, [o[0] for o in outputs]
+    assert any(all(o[1 + 2 * i] for i in range(4)) for o in streaming)  # four columns filled at once
+    assert "✔ Done" in status and "one batch" in status
+    kgw = details["kgw"]
+    model, tok = smollm2
+    ids = tok(kgw["text"], add_special_tokens=False)["input_ids"]
+    detector = WatermarkDetector(model_config=model.config, device="cpu", watermarking_config=kgw["config"],
+                                 ignore_repeated_ngrams=True)
+    own = detector(torch.tensor([ids]), z_threshold=float(norm.isf(0.01)), return_dict=True)
+    assert kgw["z_score"] == pytest.approx(float(own.z_score[0]))
+    assert kgw["is_watermarked"] == bool(own.prediction[0])
+    assert kgw["p_value_method"].startswith("normal approximation")
+    verdict = answers[7]
+    assert rendered_z(verdict) == pytest.approx(kgw["z_score"], abs=0.006) and "Caveat" in verdict
+    check_against_icw_detect(app, "wip", details, answers, tok)
+
+
+@pytest.mark.slow
+def test_sampling_seed_and_greedy_controls(space):
+    _, client = space
+    texts = {}
+    for name, controls in {"seed0": {"sample_seed": 0}, "seed0again": {"sample_seed": 0},
+                           "seed1": {"sample_seed": 1}, "greedy0": {"greedy": True, "sample_seed": 0},
+                           "greedy1": {"greedy": True, "sample_seed": 1}}.items():
+        *_, details = generate(client, tokens=12, kgw=False, **controls)
+        assert details["kgw"] is None
+        texts[name] = [r["text"] for r in details["answers"]]
+    assert texts["seed0"] == texts["seed0again"]  # reproducible
+    assert texts["seed0"] != texts["seed1"]  # the seed is no longer fixed
+    assert texts["greedy0"] == texts["greedy1"]  # greedy ignores the seed
+
+
+@pytest.mark.slow
+def test_alpha_rejudges_and_attack_redetects(space, smollm2):
+    from icw import ICWKey, verify
+    from icw.bench.attacks import DeletionAttack
+
+    app, client = space
+    *_, details = generate(client, tokens=24)
+    key = ICWKey.from_string(details["key"])
+    # alpha = 0.999: nearly every answer is "watermarked"; the verdicts follow p <= alpha
+    *verdicts, rescored = client.predict(details, 0.999, api_name="/rescore")
+    for row, verdict in zip(rescored["answers"], verdicts, strict=False):
+        assert row["alpha"] == 0.999 and row["is_watermarked"] == (row["p_value"] <= 0.999)
+        assert ("**Watermarked**" in verdict) == row["is_watermarked"]
+    table = client.predict(details, "deletion", 0.5, 0.01, 3, api_name="/attack")
+    attacked, _ = DeletionAttack(0.5, 3)([r["text"] for r in details["answers"]])
+    want = verify(attacked, key, smollm2[1])
+    lines = [line for line in table.splitlines() if line.startswith("| ") and "z before" not in line]
+    assert len(lines) == 4 and lines[-1].startswith("| KGW baseline")
+    for line, result in zip(lines, want, strict=False):
+        assert f"| {result.z_score:.2f} | {app.format_p(result.p_value)} |" in line
+    assert "Generate answers first" in client.predict(None, "synonym", 0.3, 0.01, 0, api_name="/attack")
+
+
+def test_p_values_and_z_disagreement_read_as_people_read_them(smollm2):
+    from scipy.stats import norm
+
+    from icw import ICWKey, verify
+
+    app = load_space_app()
+    assert [app.format_p(p) for p in (0.7312, 0.0123, 3.27e-05, 1.0)] == ["0.73", "0.012", "3.3e-05", "1"]
+    # a real text whose exact p and the normal tail of its z fall on both sides of some alpha
+    tok = smollm2[1]
+    text = ("Apples and bananas are tasty. Zebras yawn quietly near the river while many birds sing loudly. "
+            "Some people think that green gardens grow best under a warm sun.")
+    for seed in range(40):
+        key = ICWKey.create("wip", seed, tok)
+        result = verify(text, key, tok)
+        normal = float(norm.sf(result.z_score))
+        if abs(normal - result.p_value) > 0.01 and min(normal, result.p_value) > 0.001:
+            break
+    else:
+        pytest.fail("no key gave a text whose exact and normal p-values differ")
+    alpha = (normal + result.p_value) / 2
+    judged = verify(text, key, tok, alpha=alpha)
+    assert (judged.z_score > norm.isf(alpha)) != judged.is_watermarked
+    sentence = app.z_disagreement(judged)
+    assert sentence and "exact p-value" in sentence and app.format_p(judged.p_value) in sentence
+    assert sentence in app.verdict_markdown(judged)
+    assert app.z_disagreement(verify(text, key, tok, alpha=min(normal, result.p_value) / 2)) is None  # both agree
 
 
 def test_make_key_endpoint(space):
@@ -206,6 +307,8 @@ def test_make_key_endpoint(space):
         ({"key_string": "icw:wip:seed=oops"}, "Malformed key string"),
         ({"key_string": "not a key"}, "Malformed key string"),
         ({"key_string": "qwen3-wip"}, "made for the 'qwen3' tokenizer"),
+        ({"key_string": "qwen3-wip"}, "in the Model menu"),  # advice names controls this tab has
+        ({"alpha": 2}, "alpha (the significance level) must lie between 0 and 1"),
         ({"family": "tsp", "pool_size": 0}, "exceeds this model's context"),
         ({"seed": None}, "seed must be a whole number"),
     ],
@@ -229,6 +332,7 @@ def test_watermark_tab_bad_input_is_friendly(space, kwargs, message):
         ("Some text.", "", "key", "key string is empty"),
         ("Some text.", "icw:nope:seed=1", "key", "Malformed key string"),
         ("Some text to check.", "smollm2-wip", "qwen3", "made for the 'smollm2' tokenizer"),
+        ("Some text to check.", "smollm2-wip", "qwen3", "in the Tokenizer menu"),
     ],
 )
 def test_detect_tab_bad_input_is_friendly(space, text, key, tokenizer, message):

@@ -88,7 +88,7 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
     tokens = page.locator("#icw-max-new-tokens input[type=number]")
     tokens.fill(str(TOKENS))
     tokens.press("Enter")
-    page.locator("#icw-generate").click()
+    page.locator("#icw-query textarea").press("Enter")  # Enter in the query box starts a run
     for mode in ("plain", "instruction", "bias"):
         page.wait_for_function(
             f"() => (document.querySelector('#icw-verdict-{mode}')?.innerText || '').includes('z =')",
@@ -100,7 +100,7 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
 
     for mode in ("plain", "instruction", "bias"):
         verdict = page.locator(f"#icw-verdict-{mode}").inner_text()
-        assert re.search(r"z = -?\d+\.\d\d · p = \d\.\de[-+]\d\d", verdict), verdict
+        assert re.search(r"z = -?\d+\.\d\d · p = (\d\.\de-\d\d|0\.\d+|1)\b", verdict), verdict  # 0.73, 3.3e-05
         assert re.search(r"(Watermarked|Not watermarked)", verdict), verdict
         answer = page.locator(f"#icw-answer-{mode}")
         assert answer.locator(".token").count() > 0

@@ -19,16 +19,16 @@ from .detection import upgrade_summary
 from .jsonl import read_json_object
 from .keys import FAMILY_NAMES, check_family
 
-#: The dataset cards cite when results name none (:data:`icw.bench.dataset.ICWBENCH_ID`, its one home).
+#: The ICWBench dataset's Hub id (:data:`icw.bench.dataset.ICWBENCH_ID`); a card cites it only when the run used it.
 DEFAULT_DATASET_ID = ICWBENCH_ID
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def model_card_template() -> Path:
-    """The Jinja template behind :func:`model_card` (``model_cards/template.md`` in the repository)."""
-    for root in (_PACKAGE_DIR / "model_cards", _PACKAGE_DIR.parents[1] / "model_cards"):
-        if (root / "template.md").is_file():
-            return root / "template.md"
+    """The Jinja template behind :func:`model_card` (package data: ``src/icw/model_cards/template.md``)."""
+    template = _PACKAGE_DIR / "model_cards" / "template.md"
+    if template.is_file():
+        return template
     raise FileNotFoundError("the model card template is missing from icw/model_cards; reinstall icw")
 
 
@@ -93,13 +93,66 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def _dataset_id(results: dict[str, Any], dataset_id: str | None = None) -> str:
-    """The Hub dataset the card cites: ``dataset_id``, else the run's dataset when it is a Hub id
-    (a run on a local folder, e.g. ``/tmp/icwbench``, cites the default ICWBench id instead)."""
+    """The dataset the run used, as the card's metadata names it: ``dataset_id`` when given, the
+    run's dataset when it is a Hub id, else the local folder's name (no ``/``, so it never reads
+    as a Hub dataset the run did not use)."""
     if dataset_id:
         return dataset_id
     used = str(results.get("dataset") or "")
-    is_hub_id = _HUB_ID.fullmatch(used) is not None and not Path(used).expanduser().exists()
-    return used if is_hub_id else DEFAULT_DATASET_ID
+    if _is_hub_id(used):
+        return used
+    return (Path(used).name or "ICWBench") if used else "ICWBench"
+
+
+def _is_hub_id(name: str) -> bool:
+    return _HUB_ID.fullmatch(name) is not None and not Path(name).expanduser().exists()
+
+
+#: What the positives of each mode are (the negatives are plain answers to the same queries).
+POSITIVES = {
+    "instruction": "answers to queries that carry the key's ICW instruction",
+    "bias": "answers to the plain queries decoded with the key's logit bias (the family's LogitsProcessor), "
+            "with no instruction in the prompt",
+}
+
+
+def run_description(results: dict[str, Any], base_model: str | None, adapter: Any,
+                    dataset_id: str | None = None) -> dict[str, Any]:
+    """What the card says was run: model, adapter or not, mode, dataset, sample sizes and caveats."""
+    mode = results.get("mode") or "instruction"
+    if mode not in POSITIVES:
+        raise ValueError(f"results' mode must be one of {', '.join(POSITIVES)}, got {mode!r}")
+    used = str(results.get("dataset") or "")
+    if dataset_id:
+        dataset = f"`{dataset_id}` on the Hub (test split)"
+    elif _is_hub_id(used):
+        dataset = f"[`{used}`](https://huggingface.co/datasets/{used}) on the Hub (test split)"
+    elif used:
+        dataset = f"the local folder `{used}` (test split; not a published Hub dataset)"
+    else:
+        dataset = "not recorded in the results"
+    sizes = {f: (stats.get("num_positive"), stats.get("num_negative")) for f, stats in results["families"].items()}
+    caveats = []
+    if mode == "bias":
+        caveats.append("Bias mode measures the verifiers and the logit bias, not instruction following: the "
+                       "model was never asked to watermark, so these numbers say nothing about how well it "
+                       "follows ICW instructions.")
+    small = [f"{f.upper()} {p}/{n}" for f, (p, n) in sizes.items() if isinstance(p, int) and p < 200]
+    if small:
+        caveats.append(f"Small samples ({', '.join(small)} positives/negatives): the 95% intervals are wide; "
+                       "the paper's test split has 477 queries per family.")
+    if results.get("num_failed"):
+        caveats.append(f"{results['num_failed']} generations failed and are left out of the scores.")
+    if used and not dataset_id and not _is_hub_id(used):
+        caveats.append("The dataset is a local folder: the run cannot be reproduced from the Hub as is.")
+    if adapter:
+        model_line = f"a {adapter} adapter over `{base_model}` (evaluated with the adapter loaded)"
+    elif base_model:
+        model_line = f"`{results['model']}`, derived from `{base_model}` (no adapter)"
+    else:
+        model_line = f"`{results['model']}` as published (no adapter, no ICW training recorded)"
+    return {"mode": mode, "positives": POSITIVES[mode], "dataset": dataset, "model_line": model_line,
+            "sizes": sizes, "caveats": caveats}
 
 
 def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> list[Any]:
@@ -155,7 +208,9 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
     """Build a :class:`huggingface_hub.ModelCard` from ``icw bench report`` results.
 
     ``adapter`` (``True`` or a description such as ``"peft/lora"``) marks a PEFT adapter over
-    ``base_model``; the card's metadata then says ``library_name: peft``.
+    ``base_model``; the card's metadata then says ``library_name: peft``. The card states what was
+    run and nothing more: the model, adapter or not, the mode (and so what the positives are),
+    the dataset actually used (a local folder is named as such), sample sizes, and caveats.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -164,6 +219,7 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
     adapter = adapter or results.get("adapter")
     if adapter and not base_model:
         raise ValueError("an adapter card needs --base-model (the model the adapter was trained on)")
+    what = run_description(results, base_model, adapter, dataset_id)
     dataset_id = _dataset_id(results, dataset_id)
     model_id = model_id or results["model"]
     tags = ["icw", "watermarking", "in-context-watermarking", "text-generation"]
@@ -189,8 +245,8 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
         })
     return ModelCard.from_template(
         card_data, template_path=str(model_card_template()), model_id=model_id, base_model=base_model,
-        adapter=str(adapter) if adapter else None, dataset_id=dataset_id, rows=rows,
-        mode=results.get("mode", "instruction"), max_new_tokens=results.get("max_new_tokens"),
+        adapter=str(adapter) if adapter else None, dataset_id=dataset_id, rows=rows, what=what,
+        mode=what["mode"], max_new_tokens=results.get("max_new_tokens"),
         paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
 

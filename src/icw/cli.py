@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from .corpus import add_arguments as add_corpus_arguments
 from .jsonl import iter_jsonl
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
@@ -158,6 +159,12 @@ def _read_keys(path: str) -> list[ICWKey]:
 def _detect(args: argparse.Namespace) -> None:
     if (args.key is None) == (args.keys is None):
         raise ValueError("pass either --key KEY or --keys FILE (one key per line)")
+    if args.dataset:  # corpus scale: datasets.map over a column, results as parquet
+        if args.keys is not None:
+            raise ValueError("--dataset verifies every text under one --key; --keys is for text files")
+        from .corpus import run_from_args
+
+        return run_from_args(args)
     if args.keys is not None:
         return _detect_many(args)
     key = ICWKey.from_string(args.key)
@@ -200,6 +207,14 @@ def _vocab(args: argparse.Namespace) -> None:
     from .vocab import vocabulary
 
     print(json.dumps(vocabulary(load_tokenizer(args.tokenizer)).summary()))
+
+
+def _install_metrics(args: argparse.Namespace) -> None:
+    from .evaluate_metrics import install_metrics
+
+    for name, folder in install_metrics(args.modules_cache).items():
+        print(f"{name}: {folder}")
+    print('evaluate.load("icw_tsp") (and icw_wip, icw_sa, icw_detection) now works by the bare name, offline')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,11 +260,19 @@ def build_parser() -> argparse.ArgumentParser:
     det.add_argument("--max-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
                      help=f"refuse texts longer than N characters (default {DEFAULT_MAX_CHARS:,})")
     det.add_argument("files", nargs="*", help="text files (default: standard input)")
+    add_corpus_arguments(det)
     det.set_defaults(func=_detect)
 
     voc = sub.add_parser("vocab", help="print |V_en| and |V_en^word| of a tokenizer")
     voc.add_argument("--tokenizer", required=True)
     voc.set_defaults(func=_vocab)
+
+    ins = sub.add_parser("install-metrics", help='register the metrics so evaluate.load("icw_tsp") works by name',
+                         description="Copy the bundled evaluate metrics where evaluate looks for cached canonical "
+                                     "metrics, so evaluate.load('icw_tsp') works from any directory, offline.")
+    ins.add_argument("--modules-cache", metavar="DIR",
+                     help="HF_MODULES_CACHE folder (default: evaluate's, ~/.cache/huggingface/modules)")
+    ins.set_defaults(func=_install_metrics)
 
     for name in _COMMAND_MODULES:
         try:

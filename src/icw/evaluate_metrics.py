@@ -39,10 +39,9 @@ def metric_path(name: str) -> str:
     """
     if name not in METRICS:
         raise ValueError(f"unknown icw metric {name!r}; choose one of {', '.join(METRICS)}")
-    for root in (_PACKAGE_DIR / "metrics", _PACKAGE_DIR.parents[1] / "metrics"):
-        folder = root / name
-        if (folder / f"{name}.py").is_file():
-            return str(folder)
+    folder = _PACKAGE_DIR / "metrics" / name  # package data: the same folders in a checkout and a wheel
+    if (folder / f"{name}.py").is_file():
+        return str(folder)
     raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
 
 
@@ -257,3 +256,46 @@ class DetectionMetric(evaluate.Metric):
                  confidence: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
         return detection_scores(predictions, references, fpr=fpr, confidence=confidence,
                                 num_bootstrap=num_bootstrap, seed=seed)
+
+
+def install_metrics(modules_cache: str | Path | None = None) -> dict[str, str]:
+    """Register the bundled metrics so ``evaluate.load("icw_tsp")`` works by the bare name, offline.
+
+    ``evaluate.load(name)`` with no ``/`` looks for ``evaluate-metric/<name>`` on the Hub and, when
+    that fails (offline, or no such Hub repo), for a cached copy under
+    ``$HF_MODULES_CACHE/evaluate_modules/metrics/evaluate-metric--<name>/<hash>/``. This writes that
+    copy with ``evaluate``'s own module writer, so the layout is exactly what it reads back; stale
+    copies of earlier versions are removed. Run once after installing (``icw install-metrics``, which
+    ``scripts/setup.sh`` calls); ``import icw`` never writes here.
+
+    Args:
+        modules_cache: the ``HF_MODULES_CACHE`` folder (default: evaluate's, ``~/.cache/huggingface/modules``).
+
+    Returns:
+        ``{metric name: folder of the registered script}``.
+
+    Example:
+        >>> from icw.evaluate_metrics import install_metrics
+        >>> paths = install_metrics()  # doctest: +SKIP
+        >>> evaluate.load("icw_tsp").compute(predictions=["..."], keys="icw:tsp:...")  # doctest: +SKIP
+    """
+    import shutil
+
+    from datasets import DownloadMode
+    from evaluate.loading import _create_importable_file, init_dynamic_modules
+
+    dynamic_modules = init_dynamic_modules(hf_modules_cache=modules_cache)
+    installed: dict[str, str] = {}
+    for name in METRICS:
+        script = Path(metric_path(name)) / f"{name}.py"
+        # named as the Hub factory names a canonical module: folder evaluate-metric--NAME, file NAME.py
+        _, digest = _create_importable_file(
+            local_path=str(script), local_imports=[], additional_files=[], dynamic_modules_path=dynamic_modules,
+            module_namespace="metrics", name=f"evaluate-metric/{name}", download_mode=DownloadMode.FORCE_REDOWNLOAD,
+        )
+        folder = Path(dynamic_modules) / "metrics" / f"evaluate-metric--{name}"
+        for old in folder.iterdir():
+            if old.is_dir() and len(old.name) == 64 and old.name != digest:
+                shutil.rmtree(old, ignore_errors=True)  # evaluate would pick the newest anyway; keep one
+        installed[name] = str(folder / digest)
+    return installed

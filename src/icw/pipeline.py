@@ -2,6 +2,8 @@
 
 A detector needs only a tokenizer, never LLM weights. The pipeline accepts:
 
+* no ``model=`` at all: the tokenizer the key records (``pipeline("icw-detection", keys=key)``,
+  offline for the embedded ``qwen3``/``gpt2``/``smollm2``; SA keys name none, so pass one);
 * a tokenizer object (the offline way in, e.g. ``icw.models.load_tokenizer("qwen3")``);
 * a Hub model id or a local model folder: transformers reads its ``config.json``, then
   :class:`ICWTokenizerOnlyModel` (registered as the task's model class, so it is tried first)
@@ -39,8 +41,26 @@ from pathlib import Path
 from typing import Any
 
 TASK = "icw-detection"
-#: The model whose tokenizer ``pipeline("icw-detection")`` uses when none is given (online only).
-DEFAULT_MODEL = ("HuggingFaceTB/SmolLM2-135M-Instruct", "main")
+
+
+class _KeyTokenizer:
+    """The task's default "model": use the tokenizer the key records (offline for the embedded aliases).
+
+    transformers resolves a missing ``model=`` to the task default before the pipeline class sees
+    the key; this marker passes through untouched (it is path-like only so that transformers'
+    revision lookup treats it as local, never contacting the Hub) and ``ICWDetectionPipeline``
+    replaces it by ``load_tokenizer(key.tokenizer)``.
+    """
+
+    def __fspath__(self) -> str:
+        return str(Path(__file__).resolve().parent)
+
+    def __str__(self) -> str:
+        return "the tokenizer the key records"
+
+
+#: ``pipeline("icw-detection", keys=...)`` without ``model=`` uses the tokenizer the key records.
+DEFAULT_MODEL = (_KeyTokenizer(), None)
 #: Fields of :class:`~icw.verification.VerificationResult` every output carries.
 OUTPUT_FIELDS = ("family", "z_score", "p_value", "is_watermarked", "num_tokens_scored", "num_aligned", "alpha",
                  "p_value_method", "key", "note")
@@ -148,13 +168,15 @@ def _pipeline_class() -> type:
 
         def __init__(self, model: Any, tokenizer: Any = None, keys: Any = None, alpha: float = DEFAULT_ALPHA,
                      highlights: bool = True, key: Any = None, **kwargs: Any) -> None:
-            if not isinstance(model, ICWTokenizerOnlyModel):
+            keys = _renamed_key(keys, key)
+            if isinstance(model, _KeyTokenizer) or (model is None and tokenizer is None):
+                model = ICWTokenizerOnlyModel(_key_tokenizer(keys))
+            elif not isinstance(model, ICWTokenizerOnlyModel):
                 # a tokenizer object passed as ``model=`` (the offline way in)
                 model = ICWTokenizerOnlyModel(tokenizer if model is None else model)
             tokenizer = tokenizer if tokenizer is not None else model.tokenizer
             kwargs.setdefault("device", -1)  # verification is CPU work; never touch an accelerator
             super().__init__(model=model, tokenizer=tokenizer, **kwargs)
-            keys = _renamed_key(keys, key)
             self.keys = None if keys is None else as_key(keys) if isinstance(keys, (ICWKey, str, dict)) else [
                 as_key(k) for k in keys]
             self.alpha = alpha
@@ -240,6 +262,21 @@ def _pipeline_class() -> type:
     ICWDetectionPipeline.__module__ = __name__
     ICWDetectionPipeline.__qualname__ = "ICWDetectionPipeline"
     return ICWDetectionPipeline
+
+
+def _key_tokenizer(key: Any) -> Any:
+    """The tokenizer a key records (the first key's, for one key per text), for a pipeline built without ``model=``."""
+    from .keys import ICWKey, as_key
+    from .models import load_tokenizer
+
+    if key is not None and not isinstance(key, (ICWKey, str, dict)):
+        key = next(iter(key), None)
+    name = None if key is None else as_key(key).tokenizer
+    if name is None:
+        what = "no key" if key is None else f"an {as_key(key).family.upper()} key, which names no tokenizer"
+        raise ValueError(f'pipeline("icw-detection") without model= needs a TSP or WIP key that names its tokenizer '
+                         f"(got {what}); pass model=load_tokenizer(...) or use icw.pipeline.detector(key, tokenizer=...)")
+    return load_tokenizer(name)
 
 
 def register() -> None:

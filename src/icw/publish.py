@@ -146,7 +146,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     card.add_argument("--adapter", action="store_true", help="the model is a PEFT adapter over --base-model")
     card.add_argument("--adapter-type", default="peft/lora", help="adapter description (default peft/lora)")
     card.add_argument("--model-id", help="name of the model (default: results' model)")
-    card.add_argument("--dataset", help=f"dataset id (default: results' dataset or {DEFAULT_DATASET_ID})")
+    card.add_argument("--dataset", help=f"Hub dataset id the run used, e.g. {DEFAULT_DATASET_ID} (default: the results' dataset: "
+                           "its Hub id, or a local folder named as such)")
     card.add_argument("--license", help="license identifier for the card metadata (e.g. apache-2.0)")
     card.set_defaults(func=_cli_model_card)
 
