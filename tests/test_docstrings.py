@@ -13,7 +13,8 @@ The rules, kept simple on purpose:
   itself, not those it inherits from a trl or transformers config), the docstring (for a
   class: the class's or its ``__init__``'s) has an ``Args:`` section (``Parameters:`` is accepted
   for trl-style configs) with one entry per parameter: a line that starts with the parameter's name
-  (``*args``/``**kwargs`` may keep their stars), followed by `` (``, ``:`` or the end of the line.
+  (``*args``/``**kwargs`` may keep their stars; ``a, b:`` documents both), followed by `` (``,
+  ``:`` or the end of the line.
 * Exempt from the ``Args:`` rule (they still need a docstring): the command-line plumbing, whose
   arguments are documented by ``--help`` rather than by Python callers: ``main``, ``make_parser``,
   ``build_parser``, ``register``, and argparse handlers (a single parameter named ``args``).
@@ -123,10 +124,10 @@ def _documented(doc: str) -> set[str]:
             if entry.strip() and (len(entry) - len(entry.lstrip()) <= indent or NEXT_SECTION.match(entry)
                                   and len(entry) - len(entry.lstrip()) <= indent):
                 break
-            found = re.match(r"^\s+(\*{0,2}[A-Za-z_][A-Za-z0-9_]*)(\s*\(|\s*:|\s*$)", entry)
+            found = re.match(r"^\s+(\*{0,2}\w+(?:, \*{0,2}\w+)*)(\s*\(|\s*:|\s*$)", entry)
             if found:
-                names.add(found.group(1))
-                names.add(found.group(1).lstrip("*"))
+                for name in found.group(1).split(", "):
+                    names.update({name, name.lstrip("*")})
     return names
 
 
@@ -162,6 +163,7 @@ def test_every_public_callable_documents_its_arguments():
 @pytest.mark.parametrize("doc, expected", [
     ("Do it.\n\nArgs:\n    x (`int`): the x.\n    y: the y.\n\nReturns:\n    z (`int`): not an arg.\n",
      {"x", "y"}),
+    ("Do it.\n\nArgs:\n    lo, hi (`int`): the bounds.\n", {"lo", "hi"}),
     ("Do it.\n\nParameters:\n    **kwargs:\n        passed on.\n", {"**kwargs", "kwargs"}),
     ("Do it.\n\nExample:\n    x (`int`): not an Args section.\n", set()),
 ])
