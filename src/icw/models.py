@@ -45,7 +45,7 @@ def package_asset(name: str) -> Path:
     """Path of an embedded asset inside its package folder, without importing the package.
 
     Args:
-        name (`str`): the embedded asset's name (a key of the module's asset table).
+        name (`str`): the embedded asset: ``"smollm2"`` (model), ``"qwen3"`` or ``"gpt2"`` (tokenizers).
     """
     module, requirement, relative = _PACKAGES[name]
     spec = importlib.util.find_spec(module)
@@ -172,7 +172,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: Any = None, device: str | None 
     Args:
         name (`str`, defaults to ``"smollm2"``): ``"smollm2"`` for the embedded SmolLM2-135M-Instruct, else
             a Hub id or folder.
-        dtype (*optional*): the ``torch`` dtype to load in (``None``: the checkpoint's).
+        dtype (*optional*): the ``torch`` dtype to load in (``None``: transformers' default).
         device (`str`, *optional*): where to put the model (``None``: CPU).
     """
     from transformers import AutoModelForCausalLM

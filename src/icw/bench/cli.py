@@ -85,6 +85,7 @@ class BenchArgumentParser(HfArgumentParser):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add this command group to the ``icw`` CLI's subparsers."""
     bench = sub.add_parser("bench", help="ICWBench: build the dataset, run a model, report")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=BenchArgumentParser)
     for name in _BENCH_MODULES:
