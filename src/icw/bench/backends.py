@@ -39,7 +39,13 @@ class BackendError(ValueError):
 
 @dataclass
 class Request:
-    """One generation: ``user`` is the full user turn; ``key`` is set only for ``bias`` decoding."""
+    """One generation: ``user`` is the full user turn; ``key`` is set only for ``bias`` decoding.
+
+    Args:
+        uid: identifies the request in the results.
+        user (`str`): the full user turn.
+        key (`ICWKey`, *optional*): the key whose bias decodes the answer (``bias`` mode only).
+    """
 
     uid: Any
     user: str
@@ -73,6 +79,7 @@ class TransformersBackend(Backend):
         generation_kwargs: passed to ``generate`` (default: :data:`icw.generation.DEFAULT_SAMPLING`).
         seed: base sampling seed (each batch reseeds from it, so runs repeat).
         adapter: a PEFT adapter folder loaded on top of ``model``.
+        device: where to load ``model`` when it is a name (``None``: CPU); a loaded pair stays where it is.
     """
 
     supports_bias = True
@@ -133,6 +140,8 @@ class ChatClient:
         api_key: the provider's key (local servers accept anything).
         retries: extra attempts after a failed or empty answer.
         timeout: seconds per request.
+        temperature: default sampling temperature (``None``: the endpoint's).
+        max_tokens: default cap on answer tokens (``None``: the endpoint's).
     """
 
     def __init__(self, base_url: str | None, model: str, api_key: str | None = None, *, retries: int = 2,
@@ -200,7 +209,19 @@ class ChatClient:
 class OpenAIBackend(Backend):
     """Chat completions from any OpenAI-compatible endpoint (instruction mode only: remote
     models take no logit bias). Requests go out ``concurrency`` at a time; an answer that
-    still fails after the retries is reported as an error, never dropped."""
+    still fails after the retries is reported as an error, never dropped.
+
+    Args:
+        model (`str`): the model name the endpoint serves.
+        base_url (`str`, *optional*): the endpoint, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key (`str`, *optional*): the provider's key (``None``: ``$OPENAI_API_KEY``).
+        max_new_tokens (`int`, defaults to 600): cap on new tokens per answer.
+        temperature (`float`, *optional*): sampling temperature (``None``: the endpoint's default).
+        concurrency (`int`, defaults to 4): parallel requests.
+        retries (`int`, defaults to 2): extra attempts after a failed or empty answer.
+        timeout (`float`, defaults to 600.0): seconds per request.
+        check (`bool`, defaults to `True`): probe the endpoint once at start, for an early clear error.
+    """
 
     supports_bias = False
 
@@ -260,6 +281,11 @@ def request_processor(key: ICWKey | str, tokenizer: Any, delta: float | None = N
     It wraps the transformers processor for one row: the generated ids are prefixed with a
     placeholder so the first call looks like a one-token prompt and later calls advance the
     SA automaton by exactly the newest token, as in ``generate``.
+
+    Args:
+        key (`ICWKey` or `str`): the request's key.
+        tokenizer: the served model's tokenizer.
+        delta (`float`, *optional*): bias strength (``None``: the family's default).
     """
     import torch
 
@@ -301,7 +327,17 @@ def _vllm_processor_class() -> type:
 
 class VLLMBackend(Backend):
     """vLLM offline generation; ``bias`` mode sends each request's key through
-    ``SamplingParams.extra_args`` to the ICW logits processor. Needs vLLM and a GPU."""
+    ``SamplingParams.extra_args`` to the ICW logits processor. Needs vLLM and a GPU.
+
+    Args:
+        model (`str`): a folder or Hub id vLLM can load.
+        max_new_tokens (`int`, defaults to 600): cap on new tokens per answer.
+        delta (`float`, *optional*): bias strength in ``bias`` mode (``None``: the family's default).
+        seed (`int`, defaults to 0): sampling seed.
+        temperature (`float`, defaults to 0.7): sampling temperature.
+        top_p (`float`, defaults to 0.95): nucleus sampling threshold.
+        **llm_kwargs: passed to ``vllm.LLM``.
+    """
 
     supports_bias = True
 
@@ -340,7 +376,13 @@ class VLLMBackend(Backend):
 
 
 def make_backend(kind: str, model: str, **options: Any) -> Backend:
-    """Build a backend by name (``transformers``, ``openai`` or ``vllm``)."""
+    """Build a backend by name (``transformers``, ``openai`` or ``vllm``).
+
+    Args:
+        kind (`str`): ``"transformers"``, ``"openai"`` or ``"vllm"``.
+        model (`str`): the model (name, folder or Hub id).
+        **options: the backend's keyword arguments.
+    """
     if kind == "transformers":
         keep = ("max_new_tokens", "batch_size", "delta", "generation_kwargs", "seed", "adapter", "device")
         return TransformersBackend(model, **{k: v for k, v in options.items() if k in keep})

@@ -25,6 +25,11 @@ class BenchArgumentParser(HfArgumentParser):
     ``--config`` takes a YAML mapping of field names to values, or the name of a task packaged in
     ``icw/bench/tasks`` (``icwbench``). Unknown keys are an error, as in ``trl.TrlParser``.
 
+    Args:
+        dataclass_types (*optional*): the dataclasses whose fields become options, as in
+            ``HfArgumentParser``.
+        **kwargs: passed to ``argparse.ArgumentParser`` (e.g. ``prog=``).
+
     Example:
         >>> from icw.bench.runner import RUN_PARTS
         >>> parser = BenchArgumentParser(RUN_PARTS, prog="icw bench run")
