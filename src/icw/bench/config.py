@@ -154,6 +154,8 @@ class ExtrasConfig:
         attacks (`list[str]`, defaults to ``[]``): attacks on positives (see icw.bench.attacks).
         attack_url (`str`, *optional*): endpoint for paraphrase-style attacks.
         attack_model (`str`, *optional*): model at ``--attack-url``.
+        attack_adapter (`str`, *optional*): folder of a trained adaptive attacker (``icw train adaptive-attack``)
+            for ``--attacks adaptive``.
         paraphrase_rounds (`int`, defaults to ``1``): rounds of LLM paraphrase (1-3).
         ppl_models (`list[str]`, defaults to ``[]``): reference models for perplexity.
         judge_url (`str`, *optional*): OpenAI-compatible endpoint of the judge.
