@@ -24,7 +24,8 @@ QWEN3_SHAPES = {
 
 def tiny_random_model(tokenizer: str = "qwen3", seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Any:
     """A small randomly initialised Qwen3-architecture model over a real tokenizer's vocabulary,
-    for fast tests where the weights do not matter.
+    for fast tests where the weights do not matter. Returns the model alone (the tokenizer is
+    ``load_tokenizer(tokenizer)``).
 
     Args:
         tokenizer (`str`, defaults to ``"qwen3"``): the embedded tokenizer whose vocabulary the model uses.

@@ -172,8 +172,9 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         A :class:`KeySwapProbeReport` with conditions ``A``, ``B``, ``C`` and ``plain``.
 
     Example:
+        >>> from icw.models import load_tokenizer
         >>> from icw.testing import tiny_random_model
-        >>> model, tok = tiny_random_model()
+        >>> model, tok = tiny_random_model(), load_tokenizer("qwen3")
         >>> key = ICWKey.create("wip", seed=1, tokenizer=tok)
         >>> rows = [{"query": "Why is the sky blue?", "key": key.to_string(),
         ...          "response": "Because sunlight scatters off small molecules in the air."}]
