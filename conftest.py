@@ -13,6 +13,15 @@ import os
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A fresh datasets cache per test session: the shared ~/.cache one keys local folders by path and
+# modification time, so a folder rebuilt at a reused pytest tmp path could be read from an older build.
+if "HF_DATASETS_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="icw-test-datasets-")
+    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
 #: Package paths whose import needs an optional extra, with the distributions they import.
 _NEEDS_EXTRA = {

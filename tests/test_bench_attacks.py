@@ -122,3 +122,65 @@ def test_perplexity_prefers_fluent_text(smollm2):
     shuffled = " ".join(words[i] for i in sorted(range(len(words)), key=lambda i: (i * 7919) % len(words)))
     fluent, scrambled, empty = perplexities(model, tok, ["How is honey made?"] * 3, [TEXT, shuffled, ""])
     assert 1.0 < fluent < scrambled and empty is None
+
+
+_STARTS = {"A": "Apples grow on trees", "B": "Bees visit the flowers", "C": "Clouds drift over hills",
+           "D": "Dogs bark at night", "E": "Every river meets the sea", "F": "Farmers plant seeds",
+           "G": "Grass turns green in spring", "H": "Horses run across fields", "I": "Ice melts in the sun",
+           "L": "Leaves fall in autumn", "M": "Mountains rise above valleys", "N": "Nights are long in winter",
+           "O": "Owls hunt small mice", "P": "People walk to markets", "R": "Rain feeds the crops",
+           "S": "Snow covers the roofs", "T": "Trees give shade", "U": "Umbrellas keep us dry",
+           "W": "Wind moves the sails", "Y": "Yellow flowers open early"}
+
+
+def test_report_tables_evasion_at_utility_for_every_attack(tmp_path):
+    """ESR = positives with exact p > 0.01 after the attack; at a utility constraint, evaded *and*
+    chrF >= c, over all attacked positives. Checked against the records and sacrebleu's own chrF."""
+    from sacrebleu import sentence_chrf
+
+    from icw.bench.report import report
+    from icw.bench.runner import load_records
+
+    store = ResultStore(tmp_path / "responses.jsonl")
+    rows = []
+    for i in range(6):
+        key = ICWKey.create("sa", 100 + i)
+        acrostic = " ".join(_STARTS[c] + "." for c in key.secret_string)
+        plain = " ".join(_STARTS[c] + "." for c in "TTTTTTTTTTTTTTTTTT"[: 8 + i])
+        for role, text in (("positive", acrostic), ("negative", plain)):
+            rows.append({"model": "m", "family": "sa", "id": f"sa-{i}", "role": role, "attack": "none",
+                         "key": key.to_string(), "query": "q", "response": text})
+    from icw.bench.scoring import score_texts
+
+    for row, score in zip(rows, score_texts([r["response"] for r in rows], [r["key"] for r in rows]), strict=True):
+        row.update(score)
+    store.append(rows)
+    attack_family(store, "m", "sa", [make_attack("deletion"), make_attack("synonym")])
+    # a crude "rewrite": every other answer replaced by an unrelated plain text (evades, keeps little)
+    positives = [r for r in rows if r["role"] == "positive"]
+    swapped = [plain if i % 2 == 0 else r["response"]
+               for i, (r, plain) in enumerate(zip(positives, [r["response"] for r in rows if r["role"] == "negative"],
+                                                  strict=True))]
+    store.append([{**r, "attack": "rewrite", "response": text, "source_response": r["response"], **score}
+                  for r, text, score in zip(positives, swapped, score_texts(swapped, [r["key"] for r in positives]),
+                                            strict=True)])
+    result = report(tmp_path, num_bootstrap=20, figures=False)
+    evasion = result["families"]["sa"]["evasion"]
+    assert set(evasion) == {"none", "deletion", "synonym", "rewrite"}
+    records = load_records(tmp_path)
+    for attack, got in evasion.items():
+        attacked = [r for r in records if r["role"] == "positive" and r["attack"] == attack]
+        evaded = [r["p_value"] > 0.01 for r in attacked]
+        chrf = [1.0 if attack == "none" else sentence_chrf(r["response"], [r["source_response"]]).score / 100
+                for r in attacked]
+        assert got["num_attacked"] == len(attacked) == 6
+        assert got["esr"] == pytest.approx(sum(evaded) / 6)
+        assert got["mean_utility"] == pytest.approx(sum(chrf) / 6)
+        for c, value in got["esr_at_utility"].items():
+            assert value == pytest.approx(sum(e and u >= float(c) for e, u in zip(evaded, chrf, strict=True)) / 6)
+    assert evasion["none"]["esr"] == 0.0  # the acrostics are detected before any attack
+    assert evasion["deletion"]["mean_utility"] < 1.0
+    assert evasion["rewrite"]["esr"] == 0.5 and evasion["rewrite"]["esr_at_utility"]["0.9"] == 0.0
+    md = (tmp_path / "report.md").read_text()
+    assert "## Evasion at utility constraints" in md
+    assert "| SA | rewrite | 6 | " in md and "| SA | deletion | 6 |" in md and "| SA | synonym | 6 |" in md and "ESR @ utility >= 0.9" in md

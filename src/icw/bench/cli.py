@@ -15,8 +15,8 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
-#: Modules exposing ``register(bench_subparsers)``: dataset build/push, run, report.
-_BENCH_MODULES = ("icw.bench.dataset", "icw.bench.runner", "icw.bench.report")
+#: Modules exposing ``register(bench_subparsers)``: dataset build/push, run, report, lm-eval-path.
+_BENCH_MODULES = ("icw.bench.dataset", "icw.bench.runner", "icw.bench.report", "icw.lmeval")
 
 
 class BenchArgumentParser(HfArgumentParser):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..keys import FAMILIES
+from ..rewriting import ATTACK_FILE
 from .backends import BACKENDS
 
 #: Packaged task files (``icw bench run --config NAME`` takes one by name, or any YAML file).
@@ -121,6 +122,8 @@ class ExtrasConfig:
     attack_url: str | None = field(default=None, metadata={"help": "endpoint for paraphrase-style attacks"})
     attack_model: str | None = field(default=None, metadata={"help": "model at --attack-url"})
     paraphrase_rounds: int = field(default=1, metadata={"help": "rounds of LLM paraphrase (1-3)"})
+    attack_adapter: str | None = field(default=None, metadata={
+        "help": "folder of a trained adaptive attacker (icw train adaptive-attack) for --attacks adaptive"})
     ppl_models: list[str] = field(default_factory=list, metadata={"help": "reference models for perplexity"})
     judge_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the judge"})
     judge_model: str | None = field(default=None, metadata={"help": "judge model name"})
@@ -131,6 +134,12 @@ class ExtrasConfig:
         self.ppl_models = [self.ppl_models] if isinstance(self.ppl_models, str) else list(self.ppl_models)
         if self.judge_url and not self.judge_model:
             raise ValueError("--judge-url needs --judge-model")
+        if ("adaptive" in self.attacks) != bool(self.attack_adapter):
+            raise ValueError("--attacks adaptive needs --attack-adapter DIR (an `icw train adaptive-attack` output)"
+                             if self.attack_adapter is None else "--attack-adapter is only used by --attacks adaptive")
+        if self.attack_adapter and not (Path(self.attack_adapter) / ATTACK_FILE).is_file():
+            raise ValueError(f"--attack-adapter {self.attack_adapter}: not an adaptive attacker (no {ATTACK_FILE}); "
+                             "train one with `icw train adaptive-attack`")
 
 
 #: The parts of a run, in the order ``icw bench run``'s parser builds them.

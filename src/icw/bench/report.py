@@ -6,7 +6,8 @@ Writes into the run directory:
 * ``report.md``: detection in the layout of the paper's Table 2 (ROC-AUC and TPR@1%FPR per
   family), the verdict-based TPR and FPR of the exact p-values at ``alpha`` with Clopper-Pearson
   intervals, quality in the layout of Table 3 (perplexity per reference model, the four judge
-  scores and their mean), mean z of positives vs negatives, and AUC after each attack;
+  scores and their mean), mean z of positives vs negatives, AUC after each attack, and the
+  evasion success rate (ESR) of every attack at utility constraints (:func:`evasion`);
 
 TPR@1%FPR needs at least :data:`MIN_NEGATIVES_FOR_TPR_AT_1FPR` negatives: with fewer, the 1% point of
 the negatives is the largest negative itself, so it is reported as not estimable (``null`` in
@@ -103,8 +104,43 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
                 summary["attacks"][attack] = {"roc_auc": got["roc_auc"], "tpr_at_fpr": got["tpr_at_fpr"] if estimable else None,
                                               "num_positive": got["num_positive"],
                                               "mean_z_positive": got["mean_z_positive"]}
+        summary["evasion"] = {a: got for a in ["none", *attacks] if (got := evasion(records, family, a, alpha))}
         result["families"][family] = summary
     return result
+
+
+#: Utility constraints of the ESR table (the paper's P-SP columns; here chrF, see semantic_utility).
+UTILITY_CONSTRAINTS = (0.6, 0.7, 0.8, 0.9)
+
+
+def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: float = 0.01,
+            constraints: tuple[float, ...] = UTILITY_CONSTRAINTS) -> dict[str, Any] | None:
+    """Evasion success rate of one attack on one family's positives, overall and at utility constraints.
+
+    An attacked answer *evades* when its exact p-value is above ``alpha`` = 0.01 (the verdict
+    ``p_value <= alpha`` no longer fires), i.e. it falls
+    below the detection threshold whose false-positive rate on unwatermarked text is 1% by the
+    verifier's null (calibrated by construction, independent of how many negatives the run has).
+    ``esr`` = evaded / attacked; ``esr_at_utility[c]`` = (evaded and utility >= c) / attacked, as in
+    the paper's Table (so it can only fall as the constraint tightens). Utility is
+    :func:`icw.rewriting.semantic_utility` (chrF against the unattacked answer); ``attack="none"``
+    gives the baseline (utility 1). Failed attacks (no text) are left out. None if nothing was scored.
+    """
+    from ..rewriting import semantic_utility
+
+    rows = [r for r in records if r.get("family") == family and r.get("role") == "positive"
+            and r.get("attack", "none") == attack and r.get("p_value") is not None]
+    if not rows:
+        return None
+    evaded = np.array([r["p_value"] > alpha for r in rows])
+    if attack == "none":
+        utility = np.ones(len(rows))
+    else:
+        utility = np.array(semantic_utility([r.get("source_response") or "" for r in rows],
+                                            [r["response"] for r in rows]), dtype=float)
+    return {"num_attacked": len(rows), "alpha": alpha, "utility": "chrF", "mean_utility": float(utility.mean()),
+            "esr": float(evaded.mean()),
+            "esr_at_utility": {f"{c:g}": float((evaded & (utility >= c)).mean()) for c in constraints}}
 
 
 def _perplexity(quality: list[dict[str, Any]], family: str) -> tuple[float | None, dict[str, float]]:
@@ -195,10 +231,29 @@ def markdown(result: dict[str, Any]) -> str:
                 cells.append(f"{_fmt(got['roc_auc'])} ({_fmt(got['tpr_at_fpr'], 2)})" if got else "-")
             cells = [c.replace("(-)", "(n/e)") for c in cells]
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + " |")
+    lines += _evasion_table(F, fams)
     if result.get("num_failed"):
         lines += ["", f"{result['num_failed']} item(s) failed and are recorded with an `error` field; "
                   "rerun the same `icw bench run` command to retry them."]
     return "\n".join(lines) + "\n"
+
+
+def _evasion_table(F: dict[str, Any], fams: list[str]) -> list[str]:
+    """The ESR-at-utility table (paper, Appendix "Adaptive attack"): every attack that ran, side by side."""
+    rows = [(f, a, e) for f in fams for a, e in F[f].get("evasion", {}).items()]
+    if not any(a != "none" for _, a, _ in rows):
+        return []
+    constraints = list(next(e for _, _, e in rows)["esr_at_utility"])
+    lines = ["", "## Evasion at utility constraints (lower ESR is better for the defender)", "",
+             f"ESR: fraction of attacked positives whose exact p-value is above {rows[0][2]['alpha']:g} (the verdict "
+             "no longer fires: below the detection threshold of that false-positive rate); at utility >= c: "
+             "evaded *and* chrF against the unattacked answer >= c, over all attacked positives.", "",
+             "| Family | Attack | n | chrF utility | ESR | " + " | ".join(f"ESR @ utility >= {c}" for c in constraints)
+             + " |", "|---|---|---:|---:|---:|" + "---:|" * len(constraints)]
+    for f, a, e in rows:
+        lines.append(f"| {f.upper()} | {a} | {e['num_attacked']} | {_fmt(e['mean_utility'])} | {_fmt(e['esr'])} | "
+                     + " | ".join(_fmt(e["esr_at_utility"][c]) for c in constraints) + " |")
+    return lines
 
 
 def plot(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> list[Path]:

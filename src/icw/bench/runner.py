@@ -358,7 +358,7 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
     if store.skipped_lines:
         print(f"icw: note: ignored {store.skipped_lines} torn line(s) in {store.path} (an earlier run was killed)",
               file=sys.stderr)
-    attack_client = judge = None
+    attack_client = judge = attacks = None
     for family in config.families:
         items = build_items(config, family, rows_by_family[family], backend)
         generate_family(config, backend, store, family, items)
@@ -370,8 +370,10 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
 
                 attack_client = ChatClient(config.attack_url, config.attack_model or config.model, config.api_key)
                 attack_client.check()
-            attack_family(store, config.model_id(), family, make_attacks(config.attacks, attack_client, config.seed,
-                                                                         config.paraphrase_rounds))
+            if attacks is None:  # once per run: the adaptive attacker loads a model
+                attacks = make_attacks(config.attacks, attack_client, config.seed, config.paraphrase_rounds,
+                                       config.attack_adapter)
+            attack_family(store, config.model_id(), family, attacks)
         if config.ppl_models or config.judge_url:
             from .quality import judge_family, perplexity_family
 

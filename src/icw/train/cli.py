@@ -23,6 +23,7 @@ RECIPES = {
     "sdlp": ("icw.train.sdlp", "self-distillation with logit perturbation on D_cs"),
     "grpo": ("icw.train.grpo", "GRPO with the verifier z as reward"),
     "sft": ("icw.train.sft", "the SFT ablation baseline on the D_H1 responses"),
+    "adaptive-attack": ("icw.train.adaptive_attack", "an RL-trained paraphraser that removes ICWs (adaptive attack)"),
 }
 
 
