@@ -126,7 +126,8 @@ def split_queries(pairs: list[tuple[str, str]], num_test: int | None, num_train:
         candidates = [p for p in shuffled if p[0] in test_pool]
         n_test = len(candidates) if num_test is None else num_test
         if n_test < 1 or n_test > len(candidates):
-            raise ValueError(f"--num-test {n_test}: the bundled question file has {len(candidates)} test questions")
+            raise ValueError(f"--num-test {n_test} needs at least that many questions; the bundled question file "
+                             f"has {len(candidates)} test questions")
         return candidates[:n_test], _take_train([p for p in shuffled if p[0] not in test_pool], n_test, num_train)
     n_test = min(100, len(shuffled) // 2) if num_test is None else num_test
     if n_test < 1 or n_test > len(shuffled):
