@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``icw demo`` command to the CLI's subparsers."""
     demo = sub.add_parser("demo", help="generate with and without each family's bias on the embedded model")
     demo.add_argument("--model", default="smollm2", help="smollm2 (embedded) or a transformers model folder/id")
-    demo.add_argument("--seed", type=int, default=2026)
-    demo.add_argument("--max-new-tokens", type=int, default=160)
+    demo.add_argument("--seed", type=int, default=2026, help="key seed of every family")
+    demo.add_argument("--max-new-tokens", type=int, default=160, help="answer length in tokens")
     demo.add_argument("--delta", type=float, help="bias strength (default: the family's)")
     demo.set_defaults(func=_main)

@@ -1,5 +1,6 @@
 """The ``evaluate`` metric classes behind ``metrics/icw_*``.
 
+The names and folders (``METRICS``, ``metric_path``) live in :mod:`icw.metric_paths`.
 Each metric folder holds a two-line script that subclasses one of these, so the four metrics
 share one implementation, and a Space published from a folder still runs once ``icw`` is
 installed. The numbers are those of :func:`icw.verification.verify` and
@@ -24,25 +25,8 @@ import numpy as np
 
 from .citation import BIBTEX
 from .keys import FAMILY_NAMES, as_keys, check_family
+from .metric_paths import METRICS, metric_path  # re-exported; their home is light (no evaluate)
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
-
-METRICS = ("icw_tsp", "icw_wip", "icw_sa", "icw_detection")
-_PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def metric_path(name: str) -> str:
-    """Folder of a bundled evaluate metric (``icw_tsp``, ``icw_wip``, ``icw_sa``, ``icw_detection``).
-
-    Example:
-        >>> import evaluate
-        >>> tsp = evaluate.load(metric_path("icw_tsp"))  # doctest: +SKIP
-    """
-    if name not in METRICS:
-        raise ValueError(f"unknown icw metric {name!r}; choose one of {', '.join(METRICS)}")
-    folder = _PACKAGE_DIR / "metrics" / name  # package data: the same folders in a checkout and a wheel
-    if (folder / f"{name}.py").is_file():
-        return str(folder)
-    raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
 
 
 def verification_scores(family: str, predictions: Sequence[str], keys: Any, tokenizer: Any = None,

@@ -14,9 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cards import DEFAULT_DATASET_ID, write_model_card
-from .evaluate_metrics import METRICS, metric_path
+from .bench.dataset import ICWBENCH_ID
+from .metric_paths import METRICS, metric_path
 from .verification import DEFAULT_ALPHA
+
+# icw.cards (numpy, scikit-learn), evaluate and gradio load inside the commands that use them, so
+# that `icw hub ...` and every other `icw` command start without them.
 
 
 def _split_texts(blob: str) -> list[str]:
@@ -118,6 +121,8 @@ def _cli_publish(args: argparse.Namespace) -> None:
 
 
 def _cli_model_card(args: argparse.Namespace) -> None:
+    from .cards import write_model_card
+
     readme = write_model_card(args.results, args.out, base_model=args.base_model,
                               adapter=args.adapter_type if args.adapter else None, model_id=args.model_id,
                               dataset_id=args.dataset, license=args.license)
@@ -144,9 +149,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     card.add_argument("--out", required=True, help="output folder (the model repository root)")
     card.add_argument("--base-model", help="Hub id of the base model (required for adapters)")
     card.add_argument("--adapter", action="store_true", help="the model is a PEFT adapter over --base-model")
-    card.add_argument("--adapter-type", default="peft/lora", help="adapter description (default peft/lora)")
+    card.add_argument("--adapter-type", default="peft/lora", help="adapter description")
     card.add_argument("--model-id", help="name of the model (default: results' model)")
-    card.add_argument("--dataset", help=f"Hub dataset id the run used, e.g. {DEFAULT_DATASET_ID} (default: the results' dataset: "
+    card.add_argument("--dataset", help=f"Hub dataset id the run used, e.g. {ICWBENCH_ID} (default: the results' dataset: "
                            "its Hub id, or a local folder named as such)")
     card.add_argument("--license", help="license identifier for the card metadata (e.g. apache-2.0)")
     card.set_defaults(func=_cli_model_card)

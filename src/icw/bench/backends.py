@@ -60,7 +60,7 @@ class Backend:
     tokenizer: Any = None
     supports_bias: bool = False
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
@@ -110,7 +110,7 @@ class TransformersBackend(Backend):
         self.max_new_tokens, self.batch_size, self.delta = max_new_tokens, batch_size, delta
         self.generation_kwargs, self.seed = generation_kwargs, seed
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         from ..generation import generate_responses
 
         requests = list(requests)
@@ -125,7 +125,7 @@ class TransformersBackend(Backend):
             generate_responses(self.model, self.tokenizer, [r.user for r in group],
                                [r.key for r in group] if mode == "bias" else None, mode, delta=self.delta,
                                max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, seed=self.seed,
-                               generation_kwargs=self.generation_kwargs, progress=desc, on_batch=save)
+                               generation_kwargs=self.generation_kwargs, progress=desc or False, on_batch=save)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "adapter": self.adapter, "batch_size": self.batch_size}
@@ -234,7 +234,7 @@ class OpenAIBackend(Backend):
         if check:
             self.client.check()
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         if any(r.key is not None for r in requests):
             raise BackendError("bias mode perturbs logits, which a chat endpoint does not expose: "
                                "use --backend transformers or vllm")
@@ -245,7 +245,7 @@ class OpenAIBackend(Backend):
             except RuntimeError as err:
                 return None, str(err)
 
-        with ThreadPoolExecutor(self.concurrency) as pool, tqdm(total=len(requests), desc=desc) as bar:
+        with ThreadPoolExecutor(self.concurrency) as pool, tqdm(total=len(requests), desc=desc, disable=desc is None) as bar:
             futures = {pool.submit(one, r): r for r in requests}
             for future in as_completed(futures):
                 answer, error = future.result()
@@ -365,13 +365,13 @@ class VLLMBackend(Backend):
         return SamplingParams(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                               seed=self.seed, extra_args=extra)
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         requests = list(requests)
         chunk = 256  # save every few hundred answers rather than only at the end
         for start in range(0, len(requests), chunk):
             part = requests[start : start + chunk]
             messages = [[{"role": "user", "content": r.user}] for r in part]
-            outputs = self.llm.chat(messages, [self.sampling_params(r) for r in part], use_tqdm=True)
+            outputs = self.llm.chat(messages, [self.sampling_params(r) for r in part], use_tqdm=desc is not None)
             on_result(part, [o.outputs[0].text.strip() for o in outputs], [None] * len(part))
 
 

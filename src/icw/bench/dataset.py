@@ -28,7 +28,7 @@ import numpy as np
 from ..citation import BIBTEX
 from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES, TEST_SEED_START, TRAIN_SEED_START, ICWKey, check_family
-from ..questions import QUESTION_FIELDS, bundled_questions_path, read_questions
+from ..questions import QUESTION_FIELDS, bundled_question_splits, bundled_questions_path, read_questions
 
 LFQA_ID = "vblagoje/lfqa"
 #: ICWBench's Hub id: the runner's default dataset and the one model cards cite.
@@ -63,7 +63,8 @@ class BenchBuildConfig:
                 "(default: the bundled icw question file)"})
     lfqa: bool = field(default=False, metadata={"help": f"take queries from {LFQA_ID} on the Hub (online)"})
     num_test: int | None = field(default=None, metadata={
-        "help": "test queries (default: 500 with --lfqa, else half of the question file, at most 100)"})
+        "help": "test queries (default: 500 with --lfqa, all 100 test questions of the bundled file, else half of "
+                "the question file, at most 100)"})
     num_train: int | None = field(default=None, metadata={"help": "train queries, disjoint from test (default: the rest, "
                                                                   "at most 1000)"})
     families: tuple[str, ...] = field(default=FAMILIES, metadata={"help": "families to build"})
@@ -132,28 +133,42 @@ def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
 
 
 def split_queries(pairs: list[tuple[str, str]], num_test: int | None, num_train: int | None,
-                  seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+                  seed: int = 0, test_pool: set[str] | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Shuffle (seeded) and cut into disjoint test and train query lists; duplicates are dropped.
 
+    With ``test_pool`` (the bundled file's ``test`` questions) test queries come only from the pool
+    and train queries only from outside it, so the split is fixed by the file, whatever the seed.
+
     Args:
-        pairs (`list[tuple[str, str]]`): ``(query id, query)`` pairs.
+        pairs (`list[tuple[str, str]]`): ``(query, source id)`` pairs.
         num_test (`int`, *optional*): test queries (``None``: half of them, at most 100).
         num_train (`int`, *optional*): train queries (``None``: the rest, at most 1000).
         seed (`int`, defaults to 0): seed of the shuffle.
+        test_pool (`set[str]`, *optional*): the only queries test may draw from (train draws from the rest).
     """
     unique = list(dict.fromkeys(pairs).keys())
     seen: set[str] = set()
     unique = [p for p in unique if not (p[0] in seen or seen.add(p[0]))]
     order = np.random.default_rng(seed).permutation(len(unique))
     shuffled = [unique[i] for i in order]
+    if test_pool is not None:
+        candidates = [p for p in shuffled if p[0] in test_pool]
+        n_test = len(candidates) if num_test is None else num_test
+        if n_test < 1 or n_test > len(candidates):
+            raise ValueError(f"--num-test {n_test} needs at least that many questions; the bundled question file "
+                             f"has {len(candidates)} test questions")
+        return candidates[:n_test], _take_train([p for p in shuffled if p[0] not in test_pool], n_test, num_train)
     n_test = min(100, len(shuffled) // 2) if num_test is None else num_test
     if n_test < 1 or n_test > len(shuffled):
         raise ValueError(f"--num-test {n_test} needs at least that many questions; the file has {len(shuffled)}")
-    rest = shuffled[n_test:]
+    return shuffled[:n_test], _take_train(shuffled[n_test:], n_test, num_train)
+
+
+def _take_train(rest: list[tuple[str, str]], n_test: int, num_train: int | None) -> list[tuple[str, str]]:
     n_train = min(1000, len(rest)) if num_train is None else num_train
     if n_train > len(rest):
         raise ValueError(f"--num-train {n_train} exceeds the {len(rest)} questions left after {n_test} test queries")
-    return shuffled[:n_test], rest[:n_train]
+    return rest[:n_train]
 
 
 # ------------------------------------------------------------------------------ rows
@@ -164,7 +179,7 @@ def build_rows(family: str, split: str, queries: list[tuple[str, str]], tokenize
     Args:
         family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
         split (`str`): ``"test"`` or ``"train"`` (picks the disjoint key seed range).
-        queries (`list[tuple[str, str]]`): ``(query id, query)`` pairs.
+        queries (`list[tuple[str, str]]`): ``(query, source id)`` pairs.
         tokenizer: the tokenizer TSP/WIP keys are built for.
         pool_size (`int`, *optional*): TSP candidate pool size (``None``: all of ``V_en``).
         gamma (`float`, defaults to 0.2): TSP green fraction.
@@ -218,7 +233,10 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
         source = LFQA_ID
     else:
         path = Path(config.questions) if config.questions else bundled_questions_path()
-        test_q, train_q = split_queries(read_questions(path), config.num_test, config.num_train, config.shuffle_seed)
+        # the bundled file's own test/train split keeps ICWBench's test questions out of training queries
+        pool = None if config.questions else {q for q, split in bundled_question_splits().items() if split == "test"}
+        test_q, train_q = split_queries(read_questions(path), config.num_test, config.num_train, config.shuffle_seed,
+                                        test_pool=pool)
         source = "icw-questions" if not config.questions else str(path)
     tokenizer = load_tokenizer(config.tokenizer)
     settings = {**asdict(config), "out": None, "families": list(config.families),

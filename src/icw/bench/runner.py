@@ -282,20 +282,25 @@ def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
 
 def generate_family(config: RunConfig, backend: Backend, store: ResultStore, family: str,
                     items: Sequence[Item]) -> int:
-    """Generate and score the missing positives and negatives of one family; returns how many."""
+    """Generate and score the missing positives and negatives of one family; returns how many.
+
+    Positives and negatives are generated in turn, each with its own progress bar that names the
+    role and, on resume, how many the run folder already holds ("sa positives: 12 of 24 already done").
+    """
     model = config.model_id()
-    requests: list[Request] = []
+    pending: dict[str, list[Request]] = {"positive": [], "negative": []}
     for item in items:
         for role in ("positive", "negative"):
             record = _base_record(config, model, family, item, role)
             if store.done(record):
                 continue
             if role == "negative":
-                requests.append(Request(record, item.query))
+                pending[role].append(Request(record, item.query))
             elif config.mode == "bias":
-                requests.append(Request(record, item.query, item.key))
+                pending[role].append(Request(record, item.query, item.key))
             else:
-                requests.append(Request(record, item.positive_user))
+                pending[role].append(Request(record, item.positive_user))
+    requests = pending["positive"] + pending["negative"]
     if not requests:
         return 0
     warning = context_warning(backend, [r.user for r in requests])
@@ -316,8 +321,24 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
             rows.append(row)
         store.append(rows)
 
-    backend.generate(requests, save, desc=f"{family} ({len(requests)} responses)")
+    for role, todo in pending.items():
+        if todo:
+            backend.generate(todo, save, desc=progress_label(family, role, len(items) - len(todo), len(items))
+                             if config.progress else None)
     return len(requests)
+
+
+def progress_label(family: str, role: str, done: int, total: int) -> str:
+    """The progress bar's description: family, role and, on resume, what is already done.
+
+    Example:
+        >>> progress_label("sa", "positive", 12, 24)
+        'sa positives: 12 of 24 already done'
+        >>> progress_label("wip", "negative", 0, 24)
+        'wip negatives'
+    """
+    label = f"{family} {role}s"
+    return f"{label}: {done} of {total} already done" if done else label
 
 
 def run(config: RunConfig, backend: Backend | None = None) -> Path:

@@ -112,6 +112,9 @@ def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_mo
 
             write_model_card(data_args.model_card_results, out, base_model=base_model,
                              adapter="peft/lora" if adapter else None)
+        what = "adapter" if adapter else "model"
+        print(f"saved the {what} and tokenizer to {Path(out).resolve()}"
+              + (" with the ICWBench model card (README.md)" if data_args.model_card_results else ""))
     if trainer.args.push_to_hub:
         trainer.push_to_hub()
         if data_args.model_card_results and trainer.is_world_process_zero():
@@ -120,3 +123,5 @@ def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_mo
             HfApi(token=trainer.args.hub_token).upload_folder(
                 repo_id=trainer.hub_model_id, folder_path=out, allow_patterns=["README.md", ".eval_results/*"],
                 commit_message="ICWBench model card")
+        if trainer.is_world_process_zero():
+            print(f"pushed to https://huggingface.co/{trainer.hub_model_id}")

@@ -31,7 +31,7 @@ from ..generation import generate_responses
 from ..jsonl import JSONLError, append_jsonl, iter_jsonl
 from ..keys import DEFAULT_DELTA, FAMILIES, TRAIN_SEED_START, ICWKey
 from ..perplexity import perplexities
-from ..questions import read_questions
+from ..questions import bundled_questions, check_not_test_questions, read_questions
 from ..verification import verify
 
 #: First seed of the training key pool (:data:`icw.keys.TRAIN_SEED_START`; evaluation keys use smaller seeds).
@@ -48,7 +48,8 @@ class SynthesisConfig:
     families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": "Families to synthesize."})
     queries_file: str | None = field(
         default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'question', "
-                                        "'query' or 'title' field. Must be disjoint from the evaluation queries."})
+                                        "'query' or 'title' field. With neither this nor dataset_name: the 115 bundled "
+                                        "train questions (offline). Checked against ICWBench's test questions."})
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub dataset of queries when no queries_file is given (e.g. vblagoje/lfqa)."})
     dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to draw queries from."})
@@ -128,15 +129,19 @@ def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig
 
 
 def read_queries(config: SynthesisConfig) -> list[str]:
-    """Training queries from ``queries_file`` or, online, from ``dataset_name``."""
+    """Training queries from ``queries_file``, online from ``dataset_name``, or else the bundled
+    ``train`` questions (offline). Any query that is an ICWBench test question is an error."""
     if config.queries_file:
-        return [question for question, _ in read_questions(config.queries_file)]
-    if config.dataset_name:
+        queries, source = [q for q, _ in read_questions(config.queries_file)], f"queries_file {config.queries_file}"
+    elif config.dataset_name:
         from datasets import load_dataset
 
         ds = load_dataset(config.dataset_name, split=config.dataset_split)
-        return [str(q) for q in ds[config.query_column]]
-    raise ValueError("no training queries: set queries_file (a text or JSON Lines file) or dataset_name")
+        queries, source = [str(q) for q in ds[config.query_column]], f"dataset {config.dataset_name}[{config.dataset_split}]"
+    else:
+        return [q for q, _ in bundled_questions("train")]  # disjoint from the test questions by construction
+    check_not_test_questions(queries, source)
+    return queries
 
 
 def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]]:
@@ -220,11 +225,12 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
     state = PartialState()  # under `accelerate launch` each process takes every world_size-th row
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # the queries (and their overlap with ICWBench's test questions) are checked before the model loads
+    items = plan(config, read_queries(config) if queries is None else list(queries))
     if model is None or tokenizer is None:
         if config.device is None and state.num_processes > 1:
             config.device = str(state.device)
         model, tokenizer = _load(config)
-    items = plan(config, read_queries(config) if queries is None else list(queries))
     log = out / ("rows.jsonl" if state.num_processes == 1 else f"rows.{state.process_index}.jsonl")
     done = _read_logs(out)
     todo = [it for it in items if it["id"] not in done][state.process_index :: state.num_processes]
@@ -272,6 +278,7 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
     table = statistics(rows)
     (out / "stats.json").write_text(json.dumps(table, indent=2))
     print(format_statistics(table))
+    print(f"saved D_cs ({len(rows)} rows) to {out / 'data.parquet'} (statistics: {out / 'stats.json'})")
     return dataset
 
 
