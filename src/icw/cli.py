@@ -235,7 +235,11 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class IcwArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose ``--help`` shows defaults; its sub-parsers inherit the class."""
+    """``argparse.ArgumentParser`` whose ``--help`` shows defaults; its sub-parsers inherit the class.
+
+    Args:
+        *args, **kwargs: passed to ``argparse.ArgumentParser``.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
@@ -316,6 +320,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``icw`` command: parse ``argv`` (default: ``sys.argv[1:]``), run the sub-command, return its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), "")  # the top level has no option with a value
     args = build_parser(command).parse_args(argv)

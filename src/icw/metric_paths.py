@@ -23,6 +23,9 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 def metric_path(name: str) -> str:
     """Folder of a bundled evaluate metric (``icw_tsp``, ``icw_wip``, ``icw_sa``, ``icw_detection``).
 
+    Args:
+        name (`str`): ``icw_tsp``, ``icw_wip``, ``icw_sa`` or ``icw_detection``.
+
     Example:
         >>> import evaluate
         >>> tsp = evaluate.load(metric_path("icw_tsp"))  # doctest: +SKIP

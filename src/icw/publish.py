@@ -47,6 +47,9 @@ def metric_demo(module_file: str | Path) -> Any:
 
     ``module_file`` is the metric's ``.py`` file (``app.py`` passes its sibling), loaded with
     ``evaluate.load`` exactly as users load it.
+
+    Args:
+        module_file (`str` or `Path`): the metric's ``.py`` file (``app.py`` passes its sibling).
     """
     import evaluate
     import gradio as gr
@@ -90,7 +93,15 @@ def metric_demo(module_file: str | Path) -> Any:
 
 def publish_metrics(org: str, names: Sequence[str] = METRICS, dry_run: bool = False, private: bool = False,
                     token: str | None = None) -> list[dict[str, Any]]:
-    """Upload each bundled metric folder as a Gradio Space ``<org>/<name>``; returns the plan."""
+    """Upload each bundled metric folder as a Gradio Space ``<org>/<name>``; returns the plan.
+
+    Args:
+        org (`str`): the Hub user or organization that owns the Spaces.
+        names (`Sequence[str]`, defaults to all four metrics): the bundled metrics to publish.
+        dry_run (`bool`, defaults to `False`): return the plan without uploading.
+        private (`bool`, defaults to `False`): create the Spaces as private.
+        token (`str`, *optional*): a Hub token (``None``: the logged-in user's).
+    """
     if not org or "/" in org:
         raise ValueError(f"--org must be a user or organization name without '/', got {org!r}")
     plan = []
@@ -134,6 +145,7 @@ def _cli_metric_path(args: argparse.Namespace) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw hub`` (metric Spaces, model cards) to the CLI's subparsers."""
     hub = sub.add_parser("hub", help="Hugging Face Hub: metric Spaces, model cards")
     hub_sub = hub.add_subparsers(dest="hub_command", required=True)
 
