@@ -155,9 +155,13 @@ def test_synthesis_plan_draws_paper_key_parameters(qwen3):
 
 def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
     from icw.cli import main
+    from icw.questions import bundled_questions
 
-    assert main(["train", "synthesize", "--output_dir", str(tmp_path), "--families", "sa"]) == 2
-    assert "no training queries" in capsys.readouterr().err
+    leaked = tmp_path / "leaked.txt"  # an ICWBench test question: refused before the model loads
+    leaked.write_text(bundled_questions("test")[0][0] + "\n", encoding="utf-8")
+    assert main(["train", "synthesize", "--output_dir", str(tmp_path), "--families", "sa",
+                 "--queries_file", str(leaked)]) == 2
+    assert "is an ICWBench test question" in capsys.readouterr().err
     assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
     assert main(["train", "sft", "--no_such_field", "1"]) == 2
 

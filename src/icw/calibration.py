@@ -45,6 +45,16 @@ class Calibration:
     """The empirical false-positive rate of one key at ``alpha`` on ``num_texts`` human passages.
 
     ``ci`` is the two-sided Clopper-Pearson (exact binomial) interval at ``confidence``.
+
+    Args:
+        key (`str`): the key string that was calibrated.
+        alpha (`float`): the significance level each passage was tested at.
+        num_texts (`int`): human passages tested.
+        num_false_positives (`int`): passages flagged as watermarked (``p_value <= alpha``).
+        fpr (`float`): the empirical false-positive rate ``num_false_positives / num_texts``.
+        ci (`tuple[float, float]`): the Clopper-Pearson interval of the FPR.
+        confidence (`float`): the interval's confidence level.
+        corpus (`str`): the corpus' name or path.
     """
 
     key: str
@@ -69,7 +79,11 @@ def default_corpus() -> tuple[str, ...]:
 
 def read_corpus(path: str | Path) -> list[str]:
     """Passages of a corpus file: JSON Lines with a ``text`` field (``.jsonl``, optionally ``.gz``), or
-    plain text with passages separated by blank lines."""
+    plain text with passages separated by blank lines.
+
+    Args:
+        path (`str` or `Path`): the corpus file.
+    """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such corpus file (JSON Lines with a 'text' field, or plain text with "
@@ -145,6 +159,16 @@ def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float 
                **params: Any) -> tuple[ICWKey, Calibration, list[Calibration]]:
     """The first key from ``seed`` onwards (``seed``, ``seed + 1``, ...) whose empirical FPR at
     ``alpha`` on ``corpus`` is at most ``max_fpr``.
+
+    Args:
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
+        seed (`int`): the first key seed tried.
+        tokenizer (*optional*): the tokenizer TSP/WIP keys are built for (alias, folder or object).
+        max_fpr (`float`, defaults to 0.02): the largest empirical FPR a key may have to be accepted.
+        alpha (`float`, defaults to 0.01): the significance level the FPR is measured at.
+        corpus (*optional*): human passages, or a corpus file; ``None`` uses the bundled corpus.
+        max_tries (`int`, defaults to 200): seeds tried before giving up with an error.
+        **params: key parameters passed to :meth:`ICWKey.create` (e.g. ``gamma=``).
 
     Returns:
         ``(key, its calibration, the calibrations of the seeds rejected before it)``.

@@ -118,7 +118,14 @@ POSITIVES = {
 
 def run_description(results: dict[str, Any], base_model: str | None, adapter: Any,
                     dataset_id: str | None = None) -> dict[str, Any]:
-    """What the card says was run: model, adapter or not, mode, dataset, sample sizes and caveats."""
+    """What the card says was run: model, adapter or not, mode, dataset, sample sizes and caveats.
+
+    Args:
+        results (`dict`): ICWBench results (``icw bench report``'s ``results.json``).
+        base_model (`str`, *optional*): the base model's Hub id.
+        adapter: whether the evaluated model is an adapter, or the adapter's id.
+        dataset_id (`str`, *optional*): the benchmark dataset's Hub id.
+    """
     mode = results.get("mode") or "instruction"
     if mode not in POSITIVES:
         raise ValueError(f"results' mode must be one of {', '.join(POSITIVES)}, got {mode!r}")
@@ -156,7 +163,13 @@ def run_description(results: dict[str, Any], base_model: str | None, adapter: An
 
 
 def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> list[Any]:
-    """The ``model-index`` entries (:class:`huggingface_hub.EvalResult`) of ICWBench results."""
+    """The ``model-index`` entries (:class:`huggingface_hub.EvalResult`) of ICWBench results.
+
+    Args:
+        results (`dict`, `str` or `Path`): ICWBench results, or the path of their ``results.json``.
+        dataset_id (`str`, *optional*): the benchmark dataset's Hub id (the default ICWBench id when
+            ``None``).
+    """
     from huggingface_hub import EvalResult
 
     results = _load_results(results)
@@ -211,6 +224,14 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
     ``base_model``; the card's metadata then says ``library_name: peft``. The card states what was
     run and nothing more: the model, adapter or not, the mode (and so what the positives are),
     the dataset actually used (a local folder is named as such), sample sizes, and caveats.
+
+    Args:
+        results (`dict`, `str` or `Path`): ICWBench results, or the path of their ``results.json``.
+        base_model (`str`, *optional*): the base model's Hub id (card metadata ``base_model``).
+        adapter (`bool` or `str`, *optional*): whether the model is a PEFT adapter (or its id).
+        model_id (`str`, *optional*): the repository the card describes.
+        dataset_id (`str`, *optional*): the benchmark dataset's Hub id.
+        license (`str`, *optional*): the card's license identifier.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -253,7 +274,13 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
 
 def eval_results_files(results: dict | str | Path, dataset_id: str | None = None,
                        source_url: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The Hub's ``.eval_results/<name>.yaml`` entries, one file per ICWBench metric."""
+    """The Hub's ``.eval_results/<name>.yaml`` entries, one file per ICWBench metric.
+
+    Args:
+        results (`dict`, `str` or `Path`): ICWBench results, or the path of their ``results.json``.
+        dataset_id (`str`, *optional*): the benchmark dataset's Hub id.
+        source_url (`str`, *optional*): where the results came from, recorded in each entry.
+    """
     results = _load_results(results)
     dataset_id = _dataset_id(results, dataset_id)
     today = _dt.date.today().isoformat()
@@ -275,7 +302,13 @@ def eval_results_files(results: dict | str | Path, dataset_id: str | None = None
 
 
 def write_model_card(results: dict | str | Path, out_dir: str | Path, **kwargs: Any) -> Path:
-    """Write ``README.md`` and ``.eval_results/*.yaml`` into ``out_dir``; returns the README path."""
+    """Write ``README.md`` and ``.eval_results/*.yaml`` into ``out_dir``; returns the README path.
+
+    Args:
+        results (`dict`, `str` or `Path`): ICWBench results, or the path of their ``results.json``.
+        out_dir (`str` or `Path`): the model folder to write into.
+        **kwargs: passed to :func:`model_card`.
+    """
     import yaml
 
     card = model_card(results, **kwargs)

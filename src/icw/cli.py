@@ -21,8 +21,15 @@ from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
 from .verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, TextTooLongError, verify
 
-#: Modules that add sub-commands (bench, train, ...); missing optional extras are skipped.
-_COMMAND_MODULES = ("icw.demo", "icw.bench.cli", "icw.train.cli", "icw.publish")
+#: Sub-commands that live next to the code they drive: name -> (module with ``register(subparsers)``, help).
+#: Only the sub-command being run is imported (the others get a placeholder that only lists them), so
+#: ``icw key new`` and ``icw --help`` start without torch, transformers, evaluate or datasets.
+_COMMAND_MODULES = {
+    "demo": ("icw.demo", "generate with and without each family's bias on the embedded model"),
+    "bench": ("icw.bench.cli", "ICWBench: build the dataset, run a model, report"),
+    "train": ("icw.train.cli", "cold-start synthesis, SDLP, GRPO and SFT training"),
+    "hub": ("icw.publish", "Hugging Face Hub: metric Spaces, model cards"),
+}
 _USER_ERRORS = (ICWKeyError, KeyMismatchError, TextTooLongError, MissingAssetError, ValueError, TypeError,
                 FileNotFoundError, UnicodeDecodeError)
 
@@ -217,8 +224,32 @@ def _install_metrics(args: argparse.Namespace) -> None:
     print('evaluate.load("icw_tsp") (and icw_wip, icw_sa, icw_detection) now works by the bare name, offline')
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="icw", description="In-context watermarking: keys, detection, benchmarks, training.")
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Ends each option's help with ``(default: ...)``, except flags and options without a default
+    (``False``, ``None``) and help texts that already say what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class IcwArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose ``--help`` shows defaults; its sub-parsers inherit the class.
+
+    Args:
+        *args, **kwargs: passed to ``argparse.ArgumentParser``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``icw`` parser. With ``command`` (e.g. ``"bench"``) only that sub-command's module is
+    imported and the other module-backed sub-commands are placeholders; by default all are built."""
+    parser = IcwArgumentParser(prog="icw", description="In-context watermarking: keys, detection, benchmarks, training.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     key = sub.add_parser("key", help="create watermark keys").add_subparsers(dest="key_command", required=True)
@@ -226,14 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--family", required=True, choices=FAMILIES)
     new.add_argument("--seed", required=True, type=int)
     new.add_argument("--tokenizer", default="qwen3", help="qwen3, gpt2, smollm2 (embedded), a folder or a Hub id")
-    new.add_argument("--gamma", type=float, help="TSP green fraction (default 0.2)")
-    new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens")
-    new.add_argument("--num-letters", type=int, help="WIP green-letter count (default 13)")
-    new.add_argument("--length", type=int, help="SA secret length (default 18)")
+    new.add_argument("--gamma", type=float, help="TSP green fraction (default: 0.2)")
+    new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens (default: all of V_en)")
+    new.add_argument("--num-letters", type=int, help="WIP green-letter count (default: 13)")
+    new.add_argument("--length", type=int, help="SA secret length (default: 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
     new.add_argument("--max-fpr", type=float, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
                      "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
-    new.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level for --max-fpr (default 0.01)")
+    new.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level for --max-fpr")
     new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "
                      "passages separated by blank lines (default: the bundled human English)")
     new.set_defaults(func=_key_new)
@@ -242,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("key", help="a serialized key (icw:...) or its JSON")
     cal.add_argument("--corpus", help="JSON Lines with a 'text' field, or plain text with passages separated by blank "
                      "lines (default: 4,197 bundled passages of human English)")
-    cal.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
-    cal.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson interval level (default 0.95)")
+    cal.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
+    cal.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson interval level")
     cal.add_argument("--tokenizer", help="override the key's tokenizer name")
     cal.set_defaults(func=_key_calibrate)
 
@@ -254,11 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     det.add_argument("--all-keys", action="store_true", help="with --keys: print every key's z and p, not only those "
                      "that fire")
     det.add_argument("--jsonl", action="store_true", help="inputs are JSON Lines with a 'text' field")
-    det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.01)")
+    det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
     det.add_argument("--tokenizer", help="override the key's tokenizer name")
     det.add_argument("--highlights", action="store_true", help="include the counted spans")
     det.add_argument("--max-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
-                     help=f"refuse texts longer than N characters (default {DEFAULT_MAX_CHARS:,})")
+                     help="refuse texts longer than N characters")
     det.add_argument("files", nargs="*", help="text files (default: standard input)")
     add_corpus_arguments(det)
     det.set_defaults(func=_detect)
@@ -274,11 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="HF_MODULES_CACHE folder (default: evaluate's, ~/.cache/huggingface/modules)")
     ins.set_defaults(func=_install_metrics)
 
-    for name in _COMMAND_MODULES:
+    for name, (module_name, text) in _COMMAND_MODULES.items():
+        if command is not None and command != name:
+            sub.add_parser(name, help=text, add_help=False)  # listed in `icw --help`, never parsed
+            continue
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            if err.name != name:  # a real import error inside an existing module
+            if err.name != module_name:  # a real import error inside an existing module
                 raise
             continue
         module.register(sub)
@@ -286,7 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The ``icw`` command: parse ``argv`` (default: ``sys.argv[1:]``), run the sub-command, return its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), "")  # the top level has no option with a value
+    args = build_parser(command).parse_args(argv)
     try:
         args.func(args)
     except KeyboardInterrupt:

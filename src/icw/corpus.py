@@ -37,7 +37,17 @@ _SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 
 @dataclass
 class CorpusResult:
-    """Where the results went and what they say."""
+    """Where the results went and what they say.
+
+    Args:
+        path (`str`): the results parquet file.
+        num_texts (`int`): texts verified.
+        num_watermarked (`int`): texts with ``p_value <= alpha``.
+        seconds (`float`): wall time of the run.
+        statistic (`str`): what the verifier counts, in words.
+        null_hypothesis (`str`): the null the p-values are computed under.
+        p_value_method (`str`): how the p-values were computed.
+    """
 
     path: str
     num_texts: int
@@ -54,7 +64,14 @@ class CorpusResult:
 
 def load_corpus(source: str, column: str, split: str = "train") -> Any:
     """A ``datasets.Dataset`` from parquet / JSON Lines file(s) or a folder of them, a folder saved
-    with ``save_to_disk``, or a Hub dataset name (online)."""
+    with ``save_to_disk``, or a Hub dataset name (online).
+
+    Args:
+        source (`str`): parquet / JSON Lines file(s) or folder, a ``save_to_disk`` folder, or a Hub dataset
+            name.
+        column (`str`): the text column, checked to exist.
+        split (`str`, defaults to ``"train"``): the split to read when the source holds several.
+    """
     import datasets
 
     path = Path(source).expanduser()
@@ -101,7 +118,11 @@ def _verify_batch(batch: dict[str, list], column: str, key: str, tokenizer: str 
 
 
 def default_output(source: str) -> Path:
-    """``corpus.parquet`` -> ``corpus.icw-detect.parquet``; a folder ``data/`` -> ``data.icw-detect.parquet``."""
+    """``corpus.parquet`` -> ``corpus.icw-detect.parquet``; a folder ``data/`` -> ``data.icw-detect.parquet``.
+
+    Args:
+        source (`str`): the corpus path the results belong to.
+    """
     path = Path(source).expanduser()
     if not path.exists():
         raise ValueError(f"{source} is not a local file or folder: name the results file with --output")
@@ -124,6 +145,9 @@ def detect_dataset(source: str, key: ICWKey | str, column: str = "text", *, id_c
         tokenizer: override the key's tokenizer name (TSP/WIP).
         num_proc: worker processes for ``Dataset.map``.
         batch_size: texts per ``verify`` call.
+        alpha: significance level of each text's verdict (``p_value <= alpha``).
+        max_chars: the longest text verified; a longer one is an error naming its row.
+        split: the split to read when ``source`` holds several.
         output: results file (default: next to the input, ``<name>.icw-detect.parquet``).
     """
     import time
@@ -167,7 +191,11 @@ def detect_dataset(source: str, key: ICWKey | str, column: str = "text", *, id_c
 
 
 def add_arguments(parser: Any) -> None:
-    """The ``icw detect`` options for a corpus (``--dataset`` switches to :func:`detect_dataset`)."""
+    """The ``icw detect`` options for a corpus (``--dataset`` switches to :func:`detect_dataset`).
+
+    Args:
+        parser (`argparse.ArgumentParser`): the ``icw detect`` parser to extend.
+    """
     group = parser.add_argument_group("corpus detection (a datasets dataset or parquet/JSON Lines files)")
     group.add_argument("--dataset", metavar="NAME_OR_PATH",
                        help="verify a column of parquet/JSON Lines file(s), a save_to_disk folder or a Hub dataset; "

@@ -21,6 +21,17 @@ DEMO_QUESTIONS = (
 
 
 def run_demo(model_name: str = "smollm2", seed: int = 2026, max_new_tokens: int = 160, delta: float | None = None) -> list[dict]:
+    """Answer :data:`DEMO_QUESTIONS` plainly and with each family's logit bias, and verify both.
+
+    Args:
+        model_name (`str`, defaults to ``"smollm2"``): the embedded SmolLM2, or a Hub id / folder.
+        seed (`int`, defaults to 2026): seed of the first question's key (question ``i`` gets ``seed + i``).
+        max_new_tokens (`int`, defaults to 160): the answers' length limit.
+        delta (`float`, *optional*): bias strength (``None``: each family's default).
+
+    Returns:
+        One dict per (family, question) with the plain and biased answers' z, p-value and verdict.
+    """
     from .generation import generate_responses
     from .models import load_model
 
@@ -40,6 +51,11 @@ def run_demo(model_name: str = "smollm2", seed: int = 2026, max_new_tokens: int 
 
 
 def format_table(rows: list[dict]) -> str:
+    """A markdown table of :func:`run_demo`'s rows.
+
+    Args:
+        rows (`list[dict]`): the rows :func:`run_demo` returns.
+    """
     head = f"| {'family':6} | {'question':42} | {'plain z':>7} | {'plain p':>8} | {'bias z':>7} | {'bias p':>8} | detected |"
     lines = [head, "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"]
     for r in rows:
@@ -57,9 +73,10 @@ def _main(args: argparse.Namespace) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``icw demo`` command to the CLI's subparsers."""
     demo = sub.add_parser("demo", help="generate with and without each family's bias on the embedded model")
     demo.add_argument("--model", default="smollm2", help="smollm2 (embedded) or a transformers model folder/id")
-    demo.add_argument("--seed", type=int, default=2026)
-    demo.add_argument("--max-new-tokens", type=int, default=160)
+    demo.add_argument("--seed", type=int, default=2026, help="key seed of every family")
+    demo.add_argument("--max-new-tokens", type=int, default=160, help="answer length in tokens")
     demo.add_argument("--delta", type=float, help="bias strength (default: the family's)")
     demo.set_defaults(func=_main)

@@ -17,7 +17,13 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 
 def tpr_at_fpr(labels: np.ndarray, scores: np.ndarray, fpr: float = 0.01) -> float:
-    """Largest TPR whose empirical FPR (on the negatives) does not exceed ``fpr``."""
+    """Largest TPR whose empirical FPR (on the negatives) does not exceed ``fpr``.
+
+    Args:
+        labels (`np.ndarray`): 1 for positives (watermarked), 0 for negatives.
+        scores (`np.ndarray`): detection scores, higher meaning more likely watermarked.
+        fpr (`float`, defaults to 0.01): the largest empirical false-positive rate allowed.
+    """
     # keep every threshold: with tied (e.g. discrete SA) scores, dropped collinear points would understate TPR
     fprs, tprs, _ = roc_curve(labels, scores, drop_intermediate=False)
     return float(tprs[fprs <= fpr + 1e-12].max())
@@ -30,6 +36,10 @@ RENAMED_FIELDS = {"auc": "roc_auc", "auc_ci": "roc_auc_ci", "tpr_at_1fpr": "tpr_
 
 def upgrade_summary(summary: dict[str, Any], where: str = "results") -> dict[str, Any]:
     """A copy of a detection summary with old field names (``auc``, ``tpr_at_1fpr``, ...) renamed.
+
+    Args:
+        summary (`dict`): a detection summary, possibly with old field names.
+        where (`str`, defaults to ``"results"``): names the source in the deprecation warning.
 
     Example:
         >>> import warnings
@@ -65,7 +75,7 @@ class DetectionReport:
         tpr_at_fpr (`float`): the largest TPR whose empirical FPR is at most ``fpr``.
         tpr_at_fpr_ci (`tuple[float, float]`): its percentile bootstrap interval.
         fpr (`float`): the false-positive rate ``tpr_at_fpr`` is read at.
-        num_positive (`int`), num_negative (`int`): class sizes.
+        num_positive, num_negative (`int`): class sizes.
         confidence (`float`): the intervals' confidence level.
         num_bootstrap (`int`): bootstrap replicates.
     """
@@ -92,7 +102,16 @@ class DetectionReport:
 def detection_report(positive_scores, negative_scores, fpr: float = 0.01, confidence: float = 0.95,
                      num_bootstrap: int = 1000, seed: int = 0) -> DetectionReport:
     """ROC-AUC and TPR@``fpr`` with percentile bootstrap intervals (positives and negatives
-    resampled separately, so each replicate keeps both classes)."""
+    resampled separately, so each replicate keeps both classes).
+
+    Args:
+        positive_scores: scores of watermarked texts.
+        negative_scores: scores of unwatermarked texts.
+        fpr (`float`, defaults to 0.01): the false-positive rate TPR is read at.
+        confidence (`float`, defaults to 0.95): the bootstrap intervals' confidence level.
+        num_bootstrap (`int`, defaults to 1000): bootstrap replicates (each class resampled separately).
+        seed (`int`, defaults to 0): seed of the bootstrap.
+    """
     pos = np.asarray(positive_scores, dtype=np.float64).ravel()
     neg = np.asarray(negative_scores, dtype=np.float64).ravel()
     if len(pos) == 0 or len(neg) == 0:

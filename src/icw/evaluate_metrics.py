@@ -1,5 +1,6 @@
 """The ``evaluate`` metric classes behind ``metrics/icw_*``.
 
+The names and folders (``METRICS``, ``metric_path``) live in :mod:`icw.metric_paths`.
 Each metric folder holds a two-line script that subclasses one of these, so the four metrics
 share one implementation, and a Space published from a folder still runs once ``icw`` is
 installed. The numbers are those of :func:`icw.verification.verify` and
@@ -24,25 +25,8 @@ import numpy as np
 
 from .citation import BIBTEX
 from .keys import FAMILY_NAMES, as_keys, check_family
+from .metric_paths import METRICS, metric_path  # re-exported; their home is light (no evaluate)
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, NULL_HYPOTHESES, STATISTICS
-
-METRICS = ("icw_tsp", "icw_wip", "icw_sa", "icw_detection")
-_PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def metric_path(name: str) -> str:
-    """Folder of a bundled evaluate metric (``icw_tsp``, ``icw_wip``, ``icw_sa``, ``icw_detection``).
-
-    Example:
-        >>> import evaluate
-        >>> tsp = evaluate.load(metric_path("icw_tsp"))  # doctest: +SKIP
-    """
-    if name not in METRICS:
-        raise ValueError(f"unknown icw metric {name!r}; choose one of {', '.join(METRICS)}")
-    folder = _PACKAGE_DIR / "metrics" / name  # package data: the same folders in a checkout and a wheel
-    if (folder / f"{name}.py").is_file():
-        return str(folder)
-    raise FileNotFoundError(f"the bundled metric folder {name} is missing from {_PACKAGE_DIR / 'metrics'}; reinstall icw")
 
 
 def verification_scores(family: str, predictions: Sequence[str], keys: Any, tokenizer: Any = None,
@@ -54,6 +38,13 @@ def verification_scores(family: str, predictions: Sequence[str], keys: Any, toke
     Returns per-text ``z_scores``, ``p_values``, ``is_watermarked``, ``num_tokens_scored`` and the
     summary ``num_texts``, ``mean_z``, ``median_z``, ``watermarked_fraction`` (share with
     ``p_value <= alpha``).
+
+    Args:
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``; every key must be of it.
+        predictions (`Sequence[str]`): the texts to verify.
+        keys: one key (``ICWKey`` or its string) for all texts, or one per text.
+        tokenizer (*optional*): a tokenizer object or name (``None``: the one named in each key).
+        alpha (`float`, defaults to 0.01): significance level of ``is_watermarked`` (``p_value <= alpha``).
     """
     from .verification import verify
 
@@ -93,7 +84,16 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
                      confidence: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
     """ROC-AUC and TPR at ``fpr`` from detector scores (``predictions``) and labels
     (``references``: 1 watermarked, 0 plain), with bootstrap intervals
-    (:func:`icw.detection.detection_report`)."""
+    (:func:`icw.detection.detection_report`).
+
+    Args:
+        predictions (`Sequence[float]`): detector scores, higher meaning more likely watermarked.
+        references (`Sequence[int]`): labels: 1 watermarked, 0 plain.
+        fpr (`float`, defaults to 0.01): the false-positive rate TPR is read at.
+        confidence (`float`, defaults to 0.95): the bootstrap intervals' confidence level.
+        num_bootstrap (`int`, defaults to 1000): bootstrap replicates.
+        seed (`int`, defaults to 0): seed of the bootstrap.
+    """
     from .detection import detection_report
 
     scores = np.asarray(list(predictions), dtype=np.float64)
@@ -120,7 +120,11 @@ def detection_scores(predictions: Sequence[float], references: Sequence[int], fp
 # evaluate casts inputs to the metric's Features in add_batch/add, before _compute sees them: a bare
 # string becomes a list of characters and 1.9 becomes the int32 label 1. Check the raw inputs first.
 def check_texts(predictions: Any) -> None:
-    """Refuse what ``evaluate`` would silently reshape into texts (a bare string, non-strings)."""
+    """Refuse what ``evaluate`` would silently reshape into texts (a bare string, non-strings).
+
+    Args:
+        predictions: what the caller passed as texts.
+    """
     if isinstance(predictions, (str, bytes)):
         raise TypeError(f"predictions must be a list of texts, got one {type(predictions).__name__} "
                         f"({len(predictions)} characters), which evaluate would verify character by character: "
@@ -132,7 +136,12 @@ def check_texts(predictions: Any) -> None:
 
 def check_scores_and_labels(predictions: Any, references: Any) -> None:
     """Refuse detector scores that are not finite numbers and labels other than exactly 0 or 1
-    (``evaluate`` would truncate a label of 1.9 to 1 and a score string would be parsed)."""
+    (``evaluate`` would truncate a label of 1.9 to 1 and a score string would be parsed).
+
+    Args:
+        predictions: what the caller passed as scores.
+        references: what the caller passed as labels.
+    """
     scores, labels = _as_list(predictions, "predictions"), _as_list(references, "references")
     if len(scores) != len(labels):
         raise ValueError(f"got {len(scores)} predictions but {len(labels)} references: pass one label per score")

@@ -23,7 +23,17 @@ DEFAULT_SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.95}
 
 def user_message(query: str, key: ICWKey | None = None, mode: Mode = "plain", tokenizer: Any = None,
                  template: str | None = None) -> str:
-    """The user turn: the query, with the key's instruction prepended in ``instruction`` mode."""
+    """The user turn: the query, with the key's instruction prepended in ``instruction`` mode.
+
+    Args:
+        query (`str`): the user's question.
+        key (`ICWKey`, *optional*): the key whose instruction is prepended (needed in ``instruction`` mode).
+        mode (`str`, defaults to ``"plain"``): ``plain``, ``instruction`` or ``bias`` (only ``instruction``
+            changes the message).
+        tokenizer (*optional*): renders a TSP key's green list in the instruction.
+        template (`str`, *optional*): a custom instruction template (see
+            :func:`icw.templates.template_for`).
+    """
     if mode == "instruction":
         if key is None:
             raise ValueError("instruction mode needs a key")
@@ -32,7 +42,13 @@ def user_message(query: str, key: ICWKey | None = None, mode: Mode = "plain", to
 
 
 def chat_prompt(tokenizer: Any, content: str, system: str | None = None) -> str:
-    """Render one user turn with the tokenizer's chat template (plain text if it has none)."""
+    """Render one user turn with the tokenizer's chat template (plain text if it has none).
+
+    Args:
+        tokenizer: the tokenizer whose chat template renders the turn.
+        content (`str`): the user message.
+        system (`str`, *optional*): a system message placed before it.
+    """
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -40,7 +56,11 @@ def chat_prompt(tokenizer: Any, content: str, system: str | None = None) -> str:
 
 
 def context_limit(model: Any) -> int | None:
-    """The model's context window in tokens (``config.max_position_embeddings``), None when unknown."""
+    """The model's context window in tokens (``config.max_position_embeddings``), None when unknown.
+
+    Args:
+        model: a ``transformers`` model.
+    """
     return getattr(getattr(model, "config", None), "max_position_embeddings", None) or None
 
 
@@ -98,12 +118,17 @@ def generate_responses(
     """Generate one answer per query.
 
     Args:
+        model: a causal LM (``transformers`` ``PreTrainedModel``).
+        tokenizer: its tokenizer (with a chat template, or plain prompts are used).
         queries: the user queries.
         keys: one key (shared) or one per query; needed for ``instruction`` and ``bias``.
         mode: ``plain`` (query alone), ``instruction`` (instruction + query) or ``bias``
             (query alone, decoded with the family's logit perturbation).
         delta: bias strength for ``bias`` mode (the family default otherwise).
         template: a custom instruction template for ``instruction`` mode.
+        max_new_tokens: the longest answer, in tokens.
+        batch_size: queries generated together.
+        seed: the batch starting at query ``i`` samples with ``torch.manual_seed(seed + i)`` (``None``: unseeded).
         generation_kwargs: passed to ``generate``, on top of :data:`DEFAULT_SAMPLING`.
         progress: show a progress bar (a string sets its description).
         on_batch: called with (query indices, answers) after each batch, so callers can save

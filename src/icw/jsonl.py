@@ -45,12 +45,21 @@ class TornLineWarning(UserWarning):
 
 
 def dumps(value: Any) -> str:
-    """One JSON record on one line: UTF-8 friendly, with every line separator escaped."""
+    """One JSON record on one line: UTF-8 friendly, with every line separator escaped.
+
+    Args:
+        value: a JSON-serializable value.
+    """
     return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, ensure_ascii=False))
 
 
 def loads(text: str | bytes, where: str = "input") -> Any:
-    """``json.loads`` with one-line errors naming ``where`` (nesting too deep included)."""
+    """``json.loads`` with one-line errors naming ``where`` (nesting too deep included).
+
+    Args:
+        text (`str` or `bytes`): one JSON document.
+        where (`str`, defaults to ``"input"``): names the source (file and line) in errors.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -112,7 +121,12 @@ def iter_jsonl(source: str | os.PathLike | IO[bytes], *, name: str | None = None
 
 
 def read_jsonl(path: str | os.PathLike, **kwargs: Any) -> list[tuple[int, Any]]:
-    """All ``(line_number, value)`` pairs of a file (see :func:`iter_jsonl`)."""
+    """All ``(line_number, value)`` pairs of a file (see :func:`iter_jsonl`).
+
+    Args:
+        path (`str` or `os.PathLike`): the JSON Lines file.
+        **kwargs: passed to :func:`iter_jsonl`.
+    """
     return list(iter_jsonl(path, **kwargs))
 
 
@@ -121,6 +135,10 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
 
     A torn last line left by a killed writer (no newline, not valid JSON) is cut off first: the
     readers skipped it, so its record is being regenerated, and the file stays valid throughout.
+
+    Args:
+        path (`str` or `os.PathLike`): the JSON Lines file (created when missing).
+        rows: the values to append, one per line.
     """
     data = "".join(dumps(row) + "\n" for row in rows).encode("utf-8")
     if not data:
@@ -167,7 +185,12 @@ def _last_line(fh: IO[bytes], chunk: int = 1 << 16) -> tuple[int, bytes]:
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
-    """Write ``rows`` to a new file atomically (a temporary file, then a rename)."""
+    """Write ``rows`` to a new file atomically (a temporary file, then a rename).
+
+    Args:
+        path (`str` or `os.PathLike`): the file to create or replace.
+        rows: the values to write, one per line.
+    """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes("".join(dumps(row) + "\n" for row in rows).encode("utf-8"))
@@ -176,7 +199,12 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
 
 def read_json_object(path: str | os.PathLike, hint: str = "") -> dict[str, Any]:
     """A JSON file that must hold one object (``run.json``, ``results.json``), with one-line errors
-    naming the file; ``hint`` says what the file should be."""
+    naming the file; ``hint`` says what the file should be.
+
+    Args:
+        path (`str` or `os.PathLike`): the JSON file.
+        hint (`str`, defaults to ``""``): appended to errors, e.g. which command writes the file.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()

@@ -48,6 +48,11 @@ class KeyMismatchError(ValueError):
 
 
 def check_family(family: str) -> str:
+    """The canonical (lower-case) family name, or :class:`ICWKeyError` naming the valid ones.
+
+    Args:
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``, in any case and with surrounding spaces.
+    """
     fam = str(family).strip().lower()
     if fam not in FAMILIES:
         raise ICWKeyError(f"unknown ICW family {family!r}; choose one of {', '.join(FAMILIES)}")
@@ -382,7 +387,11 @@ def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def as_key(key: ICWKey | str | dict) -> ICWKey:
-    """Accept a key object, its string or JSON form, or its dict."""
+    """Accept a key object, its string or JSON form, or its dict.
+
+    Args:
+        key (`ICWKey`, `str` or `dict`): a key object, its string or JSON form, or its dict.
+    """
     if isinstance(key, ICWKey):
         return key
     if isinstance(key, dict):
@@ -391,7 +400,13 @@ def as_key(key: ICWKey | str | dict) -> ICWKey:
 
 
 def as_keys(keys: Any, n: int) -> list[ICWKey]:
-    """One key per item: a single key is shared, a sequence must have ``n`` entries."""
+    """One key per item: a single key is shared, a sequence must have ``n`` entries.
+
+    Args:
+        keys: one key (shared by every item) or a sequence of ``n`` keys, each in any form :func:`as_key`
+            accepts.
+        n (`int`): the number of items (texts) that need a key.
+    """
     if keys is None:
         raise ICWKeyError("a key is required (an ICWKey, its string form, or one per text)")
     if isinstance(keys, (ICWKey, str, dict)):

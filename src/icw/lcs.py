@@ -76,6 +76,12 @@ def permutation_null(secret: str, phi_codes: np.ndarray, count: int) -> np.ndarr
     one hypergeometric per letter), then shuffled within the block. Block by block this is the
     same uniform ordering of the multiset, and the LCS only depends on the letters.
 
+    Args:
+        secret (`str`): the SA secret ``S`` (upper-case letters).
+        phi_codes (`np.ndarray`): the text's sentence initials ``Phi(y)`` as codes 0-25 (see
+            :func:`letter_codes`).
+        count (`int`): the number of random orderings ``N``.
+
     Example:
         >>> null = permutation_null("HELLO", letter_codes("OLLEH" * 100), 200)
         >>> null.shape, int(null.min()) >= 1, int(null.max()) <= 5
@@ -107,14 +113,22 @@ def permutation_null(secret: str, phi_codes: np.ndarray, count: int) -> np.ndarr
 
 def mask_dtype(width: int) -> type[np.unsignedinteger]:
     """The narrowest word that holds ``width`` bits plus the carry of ``v + u``: 32-bit words
-    halve the memory traffic for the paper's 18-letter secrets."""
+    halve the memory traffic for the paper's 18-letter secrets.
+
+    Args:
+        width (`int`): the number of bits a mask must hold (the secret's length).
+    """
     if not 0 < width <= 63:
         raise ValueError(f"secrets of 1 to 63 letters are supported, got {width}")
     return np.uint32 if width <= 31 else np.uint64
 
 
 def secret_masks(codes: np.ndarray) -> np.ndarray:
-    """``(R, k)`` letter codes -> ``(R, 26)`` position bitmasks."""
+    """``(R, k)`` letter codes -> ``(R, 26)`` position bitmasks.
+
+    Args:
+        codes (`np.ndarray`): ``(R, k)`` letter codes of ``R`` secrets of length ``k``.
+    """
     masks = np.zeros((codes.shape[0], 26), dtype=np.uint64)
     rows = np.arange(codes.shape[0])
     for i in range(codes.shape[1]):
@@ -147,12 +161,21 @@ def null_secret_masks(length: int, pool: str, count: int) -> np.ndarray:
 
 
 def letter_codes(letters: str) -> np.ndarray:
-    """Upper-case ASCII letters -> codes 0-25 (``int64``)."""
+    """Upper-case ASCII letters -> codes 0-25 (``int64``).
+
+    Args:
+        letters (`str`): upper-case ASCII letters.
+    """
     return np.frombuffer(letters.encode("ascii"), dtype=np.uint8).astype(np.int64) - 65
 
 
 def lcs_alignment(secret: str, phi: str) -> set[int]:
-    """Positions of ``phi`` used by one longest common subsequence with ``secret``."""
+    """Positions of ``phi`` used by one longest common subsequence with ``secret``.
+
+    Args:
+        secret (`str`): the SA secret ``S``.
+        phi (`str`): the text's sentence initials ``Phi(y)``.
+    """
     k, m = len(secret), len(phi)
     table = np.zeros((k + 1, m + 1), dtype=np.int32)
     for i in range(1, k + 1):
@@ -171,6 +194,10 @@ def lcs_alignment(secret: str, phi: str) -> set[int]:
 
 
 def content_rng(*parts: Any) -> np.random.Generator:
-    """A generator seeded by the content, so the same text and key always give the same result."""
+    """A generator seeded by the content, so the same text and key always give the same result.
+
+    Args:
+        *parts: the values (texts, keys, sizes) whose ``repr`` seeds the generator.
+    """
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))

@@ -42,7 +42,11 @@ def cache_dir() -> Path:
 
 
 def package_asset(name: str) -> Path:
-    """Path of an embedded asset inside its package folder, without importing the package."""
+    """Path of an embedded asset inside its package folder, without importing the package.
+
+    Args:
+        name (`str`): the embedded asset: ``"smollm2"`` (model), ``"qwen3"`` or ``"gpt2"`` (tokenizers).
+    """
     module, requirement, relative = _PACKAGES[name]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
@@ -101,6 +105,9 @@ def resolve_tokenizer(tokenizer: Any) -> Any:
     """The tokenizer itself, or :func:`load_tokenizer` of a name (``"qwen3"``, a folder, a Hub id).
 
     Every public API that takes a tokenizer goes through this, so names work everywhere.
+
+    Args:
+        tokenizer: a tokenizer object, an alias (``qwen3``, ``gpt2``, ``smollm2``), a folder or a Hub id.
     """
     if isinstance(tokenizer, os.PathLike):
         tokenizer = os.fspath(tokenizer)
@@ -160,7 +167,14 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 
 def load_model(name: str = DEFAULT_MODEL, dtype: Any = None, device: str | None = None) -> tuple[Any, Any]:
-    """Return ``(model, tokenizer)``: the embedded SmolLM2 for ``"smollm2"``, else ``from_pretrained``."""
+    """Return ``(model, tokenizer)``: the embedded SmolLM2 for ``"smollm2"``, else ``from_pretrained``.
+
+    Args:
+        name (`str`, defaults to ``"smollm2"``): ``"smollm2"`` for the embedded SmolLM2-135M-Instruct, else
+            a Hub id or folder.
+        dtype (*optional*): the ``torch`` dtype to load in (``None``: transformers' default).
+        device (`str`, *optional*): where to put the model (``None``: CPU).
+    """
     from transformers import AutoModelForCausalLM
 
     path = str(smollm2_path()) if name == DEFAULT_MODEL else name

@@ -45,6 +45,21 @@ class MultiKeyResult:
     family-wise error rate (the chance that any key fires on a text independent of all of them) at
     ``alpha`` under any dependence between the keys' tests, and is uniformly more powerful than
     Bonferroni's ``K * p``.
+
+    Args:
+        family (`str`): the family shared by all keys.
+        keys (`list[str]`): the ``K`` key strings, in input order.
+        z_scores (`np.ndarray`): ``(K,)`` the paper's z for each key.
+        p_values (`np.ndarray`): ``(K,)`` each key's unadjusted p-value.
+        adjusted_p_values (`np.ndarray`): ``(K,)`` Holm-adjusted p-values.
+        fired (`list[int]`): indices of the keys whose adjusted p-value is at most ``alpha``.
+        alpha (`float`): the family-wise error rate.
+        num_tokens_scored (`int`): units scored in the text (shared by all keys of a TSP/WIP tokenizer).
+        p_value_method (`str`): how each key's p-value was computed.
+        statistic (`str`): what each key's ``X`` counts, in words.
+        null_hypothesis (`str`, *optional*): the family-wise null, in words.
+        correction (`str`, *optional*): the multiple-testing correction, in words.
+        note (`str`, *optional*): a caveat about this result, if any.
     """
 
     family: str
@@ -84,6 +99,9 @@ class MultiKeyResult:
 
 def holm_adjust(p_values: np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values: ``max_{j <= i} min(1, (K - j + 1) p_(j))`` in sorted order.
+
+    Args:
+        p_values (`np.ndarray`): ``(K,)`` unadjusted p-values, in any order.
 
     Example:
         >>> holm_adjust(np.array([0.01, 0.04, 0.03])).round(2).tolist()

@@ -71,6 +71,14 @@ class ICWTokenizerOnlyModel:
 
     transformers' ``Pipeline`` wants a model object; the verifiers need only the tokenizer, so this
     holder satisfies the pipeline's device/dtype protocol without any weights.
+
+    Args:
+        tokenizer: the Hugging Face tokenizer the detector scores texts with (required: ICW verification
+            needs no weights).
+        config (*optional*): the model's ``PretrainedConfig``, exposed as ``model.config`` (``None`` when
+            there is none).
+        name_or_path (`str`, *optional*): the name reported as ``model.name_or_path`` (defaults to the
+            tokenizer's).
     """
 
     input_modalities = ("text",)
@@ -158,6 +166,20 @@ def _pipeline_class() -> type:
         Every dict has ``family``, ``z_score`` (the paper's z), ``p_value`` (exact for TSP/WIP,
         Monte Carlo for SA), ``is_watermarked`` (``p_value <= alpha``), ``num_tokens_scored``,
         ``num_aligned`` and ``highlights`` (counted spans with character offsets).
+
+        Args:
+            model: what ``pipeline("icw-detection", model=...)`` passes: a tokenizer-only stand-in model
+                (see :class:`ICWTokenizerOnlyModel`) or a tokenizer alias, folder or object.
+            tokenizer (*optional*): the tokenizer that scores texts; ``None`` takes it from ``model`` or
+                from the (first) key.
+            keys (`ICWKey`, `str` or a list of them, *optional*): the default key(s) of every call: one key,
+                or one per text.
+            alpha (`float`, defaults to 0.01): the default significance level: a text is watermarked when
+                ``p_value <= alpha``.
+            highlights (`bool`, defaults to `True`): whether each result lists the counted spans with
+                character offsets.
+            key (*optional*): deprecated spelling of ``keys``.
+            **kwargs: passed to ``transformers.Pipeline`` (e.g. ``batch_size=``).
         """
 
         _load_tokenizer = False  # ICWTokenizerOnlyModel loads it; a tokenizer passed as model is used as is
@@ -327,6 +349,7 @@ def detector(keys: Any = None, tokenizer: Any = "qwen3", *, key: Any = None, **k
             passes its own (one key, or one per text). ``key=`` is its deprecated spelling.
         tokenizer (`str` or tokenizer, defaults to ``"qwen3"``): an alias, a folder or a tokenizer
             object; ``None`` uses the tokenizer named in the (first) key.
+        key (*optional*): deprecated spelling of ``keys``.
         **kwargs: passed to ``transformers.pipeline`` (``alpha=``, ``highlights=``, ``batch_size=``).
 
     Example:

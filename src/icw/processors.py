@@ -58,6 +58,10 @@ def check_key_rows(num_keys: int, input_ids: torch.Tensor) -> None:
     With ``k`` keys and ``r`` rows each key covers ``r / k`` consecutive rows, which at the first
     step must be copies of one prompt (``num_return_sequences`` or beams). 3 keys for 2 prompts
     with 3 returned sequences each (6 rows) would otherwise give one key to rows of two prompts.
+
+    Args:
+        num_keys (`int`): the number of keys of the processor.
+        input_ids (`torch.Tensor`): ``(rows, prompt length)`` ids at the first generation step.
     """
     rows = input_ids.shape[0]
     if num_keys in (1, rows) or rows % num_keys:
@@ -365,7 +369,11 @@ SA_NO_BIAS = 52
 def sa_bias_rows(view: VocabularyView) -> np.ndarray:
     """``(53, |V|)`` boolean rows of the SA bias: 0-25 tokens opening a sentence with that
     letter; 26-51 the same restricted to tokens that start with whitespace (right after
-    ``[.!?]`` whitespace must come first); :data:`SA_NO_BIAS` none."""
+    ``[.!?]`` whitespace must come first); :data:`SA_NO_BIAS` none.
+
+    Args:
+        view (`VocabularyView`): the tokenizer's vocabulary facts.
+    """
     rows = np.zeros((53, view.size), dtype=bool)
     for c in range(26):
         rows[c] = view.lead_letter == c
@@ -375,7 +383,11 @@ def sa_bias_rows(view: VocabularyView) -> np.ndarray:
 
 class SentenceMoves:
     """The sentence automaton of :mod:`icw.text` stepped one token at a time: each
-    (state, token) transition is computed once from the token's surface, then memoized."""
+    (state, token) transition is computed once from the token's surface, then memoized.
+
+    Args:
+        view (`VocabularyView`): the tokenizer's vocabulary facts (token surfaces).
+    """
 
     def __init__(self, view: VocabularyView) -> None:
         self.view = view
@@ -395,7 +407,12 @@ class AcrosticState:
     """One row of the SA perturbation: automaton state, target index ``tau`` and miss counter
     ``f``. :meth:`bias_row` is ``Delta_t`` (a row of :func:`sa_bias_rows`) before a token,
     :meth:`observe` advances past it. Generation (the processor) and teacher forcing (SDLP's
-    replay) share this, so both apply the same ``Delta_t``."""
+    replay) share this, so both apply the same ``Delta_t``.
+
+    Args:
+        secret (`str`): the SA secret ``S`` (upper-case letters).
+        moves (`SentenceMoves`): the tokenizer's shared, memoized automaton transitions.
+    """
 
     max_misses = 3
 

@@ -14,9 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .cards import DEFAULT_DATASET_ID, write_model_card
-from .evaluate_metrics import METRICS, metric_path
+from .bench.dataset import ICWBENCH_ID
+from .metric_paths import METRICS, metric_path
 from .verification import DEFAULT_ALPHA
+
+# icw.cards (numpy, scikit-learn), evaluate and gradio load inside the commands that use them, so
+# that `icw hub ...` and every other `icw` command start without them.
 
 
 def _split_texts(blob: str) -> list[str]:
@@ -44,6 +47,9 @@ def metric_demo(module_file: str | Path) -> Any:
 
     ``module_file`` is the metric's ``.py`` file (``app.py`` passes its sibling), loaded with
     ``evaluate.load`` exactly as users load it.
+
+    Args:
+        module_file (`str` or `Path`): the metric's ``.py`` file (``app.py`` passes its sibling).
     """
     import evaluate
     import gradio as gr
@@ -87,7 +93,15 @@ def metric_demo(module_file: str | Path) -> Any:
 
 def publish_metrics(org: str, names: Sequence[str] = METRICS, dry_run: bool = False, private: bool = False,
                     token: str | None = None) -> list[dict[str, Any]]:
-    """Upload each bundled metric folder as a Gradio Space ``<org>/<name>``; returns the plan."""
+    """Upload each bundled metric folder as a Gradio Space ``<org>/<name>``; returns the plan.
+
+    Args:
+        org (`str`): the Hub user or organization that owns the Spaces.
+        names (`Sequence[str]`, defaults to all four metrics): the bundled metrics to publish.
+        dry_run (`bool`, defaults to `False`): return the plan without uploading.
+        private (`bool`, defaults to `False`): create the Spaces as private.
+        token (`str`, *optional*): a Hub token (``None``: the logged-in user's).
+    """
     if not org or "/" in org:
         raise ValueError(f"--org must be a user or organization name without '/', got {org!r}")
     plan = []
@@ -118,6 +132,8 @@ def _cli_publish(args: argparse.Namespace) -> None:
 
 
 def _cli_model_card(args: argparse.Namespace) -> None:
+    from .cards import write_model_card
+
     readme = write_model_card(args.results, args.out, base_model=args.base_model,
                               adapter=args.adapter_type if args.adapter else None, model_id=args.model_id,
                               dataset_id=args.dataset, license=args.license)
@@ -129,6 +145,7 @@ def _cli_metric_path(args: argparse.Namespace) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw hub`` (metric Spaces, model cards) to the CLI's subparsers."""
     hub = sub.add_parser("hub", help="Hugging Face Hub: metric Spaces, model cards")
     hub_sub = hub.add_subparsers(dest="hub_command", required=True)
 
@@ -144,9 +161,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     card.add_argument("--out", required=True, help="output folder (the model repository root)")
     card.add_argument("--base-model", help="Hub id of the base model (required for adapters)")
     card.add_argument("--adapter", action="store_true", help="the model is a PEFT adapter over --base-model")
-    card.add_argument("--adapter-type", default="peft/lora", help="adapter description (default peft/lora)")
+    card.add_argument("--adapter-type", default="peft/lora", help="adapter description")
     card.add_argument("--model-id", help="name of the model (default: results' model)")
-    card.add_argument("--dataset", help=f"Hub dataset id the run used, e.g. {DEFAULT_DATASET_ID} (default: the results' dataset: "
+    card.add_argument("--dataset", help=f"Hub dataset id the run used, e.g. {ICWBENCH_ID} (default: the results' dataset: "
                            "its Hub id, or a local folder named as such)")
     card.add_argument("--license", help="license identifier for the card metadata (e.g. apache-2.0)")
     card.set_defaults(func=_cli_model_card)

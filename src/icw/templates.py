@@ -90,7 +90,13 @@ TEMPLATE_SETS = {"paper": TEMPLATES, "heldout": HELDOUT_TEMPLATES}
 
 def template_for(name: str | None, family: str) -> str | None:
     """The template text for ``family`` under ``name`` (None: the paper's default), or a
-    template read from a file; a ``.json`` file maps family -> template."""
+    template read from a file; a ``.json`` file maps family -> template.
+
+    Args:
+        name (`str`, *optional*): a template set name, or the path of a template file (``.json`` maps family
+            -> template).
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
+    """
     if name in (None, "paper"):
         return None
     if name in TEMPLATE_SETS:

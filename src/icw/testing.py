@@ -24,7 +24,15 @@ QWEN3_SHAPES = {
 
 def tiny_random_model(tokenizer: str = "qwen3", seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Any:
     """A small randomly initialised Qwen3-architecture model over a real tokenizer's vocabulary,
-    for fast tests where the weights do not matter."""
+    for fast tests where the weights do not matter. Returns the model alone (the tokenizer is
+    ``load_tokenizer(tokenizer)``).
+
+    Args:
+        tokenizer (`str`, defaults to ``"qwen3"``): the embedded tokenizer whose vocabulary the model uses.
+        seed (`int`, defaults to 0): seed of the random weights.
+        hidden_size (`int`, defaults to 64): the model's hidden size.
+        num_layers (`int`, defaults to 2): the number of decoder layers.
+    """
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -43,6 +51,12 @@ def random_model(shape: str, device: str = "cpu", dtype: Any = None, seed: int =
 
     For speed and memory measurements on a GPU, where the architecture matters and the weights
     do not (nothing is downloaded).
+
+    Args:
+        shape (`str`): a key of :data:`QWEN3_SHAPES`, e.g. ``"qwen3-0.6b"``.
+        device (`str`, defaults to ``"cpu"``): where the weights are created.
+        dtype (*optional*): the ``torch`` dtype of the weights (``None``: float32).
+        seed (`int`, defaults to 0): seed of the random weights.
 
     Example:
         >>> model, tok = random_model("qwen3-0.6b", device="cuda", dtype=torch.bfloat16)  # doctest: +SKIP

@@ -103,7 +103,14 @@ START = SentenceState()
 
 def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceState, list[tuple[int, str]]]:
     """Feed ``text`` to the automaton; return the new state and the sentence-initial letters
-    found, as ``(offset + index, LETTER)`` pairs."""
+    found, as ``(offset + index, LETTER)`` pairs.
+
+    Args:
+        state (`SentenceState`): the automaton state after the text read so far.
+        text (`str`): the next chunk of text.
+        offset (`int`, defaults to 0): the chunk's character offset in the whole text, added to the returned
+            indices.
+    """
     fence, bol, run, code, tag, name, seen, pending, term, para, quoted, qline, lead, single, rule = state
     found: list[tuple[int, str]] = []
     i, end = -1, len(text)
@@ -266,13 +273,22 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
 
 
 def sentence_initial_spans(text: str) -> list[tuple[int, str]]:
-    """Character index and upper-cased letter of every sentence start in ``text``."""
+    """Character index and upper-cased letter of every sentence start in ``text``.
+
+    Args:
+        text (`str`): the text to read (markdown aware: code and HTML are skipped).
+    """
     return advance(START, text)[1]
 
 
 def sentence_initials(text: str, chunk: int = 1 << 16) -> str:
     """``Phi(text)``: the upper-cased first letter of every sentence, in order. The text is read
-    in chunks of ``chunk`` characters, so only the letters are kept (one byte per sentence)."""
+    in chunks of ``chunk`` characters, so only the letters are kept (one byte per sentence).
+
+    Args:
+        text (`str`): the text to read.
+        chunk (`int`, defaults to 65536): characters read per step (bounds the memory used on long texts).
+    """
     state, letters = START, []
     for start in range(0, len(text), chunk):
         state, found = advance(state, text[start:start + chunk])

@@ -83,7 +83,14 @@ _LABELS = {"tsp": ("green token", "other token"), "wip": ("green initial", "red 
 
 class TextTooLongError(ValueError):
     """A text exceeds the verifier's character limit; ``index``, ``length`` and ``max_chars`` say which
-    text of the batch, how long it is and what the limit was."""
+    text of the batch, how long it is and what the limit was.
+
+    Args:
+        message (`str`): the one-line error shown to the user.
+        index (`int`, defaults to 0): position of the offending text in the batch.
+        length (`int`, defaults to 0): its length in characters.
+        max_chars (`int`, defaults to 0): the verifier's character limit it exceeds.
+    """
 
     def __init__(self, message: str, index: int = 0, length: int = 0, max_chars: int = 0) -> None:
         super().__init__(message)
@@ -93,7 +100,15 @@ class TextTooLongError(ValueError):
 @dataclass
 class Highlight:
     """A counted unit of the text: a token (TSP), a word-initial token (WIP) or a
-    sentence-initial letter (SA), with character offsets into the text."""
+    sentence-initial letter (SA), with character offsets into the text.
+
+    Args:
+        start, end (`int`): character offsets of the unit in the text (``text[start:end]``).
+        text (`str`): the unit's surface, as it appears in the text.
+        aligned (`bool`): whether the unit counts towards ``X`` (green token, key letter, or part of the
+            LCS).
+        label (`str`): a short human-readable reason, e.g. the letter it matched.
+    """
 
     start: int
     end: int
@@ -110,6 +125,32 @@ class VerificationResult:
     (SA) p-value named in ``p_value_method``; ``is_watermarked`` is ``p_value <= alpha``.
     ``null_mean``/``null_sd`` are ``n p0``/``sqrt(n p0 (1 - p0))`` for TSP and WIP and the
     permutation mean/sd for SA.
+
+    Args:
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
+        z_score (`float`): the paper's z statistic.
+        p_value (`float`): the p-value under ``null_hypothesis``, computed as ``p_value_method`` says.
+        is_watermarked (`bool`): ``p_value <= alpha``.
+        alpha (`float`): the significance level used for ``is_watermarked``.
+        num_tokens_scored (`int`): ``n``: unique ``V_en`` tokens (TSP), unique word-initial tokens (WIP) or
+            sentence starts (SA).
+        num_aligned (`int`): ``X``: green tokens (TSP), key-letter word starts (WIP) or the LCS length (SA).
+        null_mean, null_sd (`float`): mean and standard deviation of ``X`` under the null (binomial for
+            TSP/WIP, permutation sample for SA).
+        p0 (`float`, *optional*): the per-unit success probability under the null (TSP, WIP); ``None`` for
+            SA.
+        p_value_method (`str`): how ``p_value`` was computed (exact hypergeometric, exact key null, Monte
+            Carlo, ...).
+        statistic (`str`): what ``X`` counts, in words.
+        null_hypothesis (`str`): the null the p-value is computed under, in words.
+        key (`str`): the key string the text was verified against.
+        permutation_p_value (`float`, *optional*): SA only: the paper's permutation p-value over shuffles of
+            the text's initials.
+        p_value_resolution (`float`, *optional*): the smallest p-value a Monte Carlo method can report (``1
+            / (N + 1)``).
+        note (`str`, *optional*): a caveat, e.g. too few units for the normal approximation behind z.
+        highlights (`list[Highlight]`, *optional*): the counted units with character offsets, when
+            requested.
     """
 
     family: str
@@ -140,7 +181,13 @@ class VerificationResult:
 
 # ------------------------------------------------------------------------- statistics
 def z_statistic(x: int, n: int, p0: float) -> float:
-    """The paper's binomial z: ``(X - n p0) / sqrt(n p0 (1 - p0))``; 0 when nothing was scored."""
+    """The paper's binomial z: ``(X - n p0) / sqrt(n p0 (1 - p0))``; 0 when nothing was scored.
+
+    Args:
+        x (`int`): the observed count ``X``.
+        n (`int`): the number of scored units.
+        p0 (`float`): the per-unit success probability under the null.
+    """
     return 0.0 if n == 0 else (x - n * p0) / math.sqrt(n * p0 * (1.0 - p0))
 
 
@@ -150,6 +197,12 @@ def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray
     Sums the pmf over the upper tail in log space for all texts in one vectorized pass
     (scipy.stats.hypergeom.sf loops in Python per element, which dominated batch verification;
     tests check agreement with it).
+
+    Args:
+        x (`np.ndarray`): observed counts, one per text.
+        population (`np.ndarray`): population sizes (``|V_en|`` for TSP).
+        successes (`np.ndarray`): success states in the population (the green list size ``|T|``).
+        draws (`np.ndarray`): sample sizes (the text's unique ``V_en`` tokens ``n``).
     """
     x, big, k, n = (np.asarray(a, dtype=np.int64) for a in (x, population, successes, draws))
     lo = np.maximum(x, 0)
@@ -374,5 +427,9 @@ def verify(
 
 
 def vocabulary_summary(tokenizer: Any) -> dict[str, Any]:
-    """``|V_en|``, ``|V_en^word|`` and the vocabulary fingerprint of a tokenizer."""
+    """``|V_en|``, ``|V_en^word|`` and the vocabulary fingerprint of a tokenizer.
+
+    Args:
+        tokenizer: a tokenizer object, alias (``qwen3``, ``gpt2``, ``smollm2``) or folder.
+    """
     return vocabulary(tokenizer).summary()

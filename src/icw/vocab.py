@@ -98,7 +98,7 @@ def _surfaces(tokenizer, tokens: list[str], skipped: set[int]) -> list[str]:
 class VocabularyView:
     """Per-token facts the keys, verifiers and logits processors need.
 
-    Attributes:
+    Args:
         name: a short name for the tokenizer (the alias of an embedded one, else its path).
         fingerprint: 12 hex digits of SHA-256 over the token strings; keys record it so a
             detector can refuse a tokenizer the key was not built for.
@@ -146,14 +146,22 @@ class VocabularyView:
 
 
 def tokenizer_name(tokenizer) -> str:
-    """The embedded alias (``qwen3``, ``gpt2``, ``smollm2``) if icw loaded it, else its path or id."""
+    """The embedded alias (``qwen3``, ``gpt2``, ``smollm2``) if icw loaded it, else its path or id.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+    """
     return getattr(tokenizer, "icw_alias", None) or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
 
 
 def special_ids(tokenizer) -> set[int]:
     """Ids that ``decode(..., skip_special_tokens=True)`` drops: ``all_special_ids`` and every added
     token marked ``special`` (SmolLM2's ``<filename>``, ``<gh_stars>``, ... are special added tokens
-    that ``all_special_ids`` does not list)."""
+    that ``all_special_ids`` does not list).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+    """
     ids = {int(i) for i in tokenizer.all_special_ids}
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     return ids | {int(i) for i, token in decoder.items() if getattr(token, "special", False)}
@@ -164,6 +172,9 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def vocabulary(tokenizer) -> VocabularyView:
     """Return the (cached) :class:`VocabularyView` of a fast tokenizer.
+
+    Args:
+        tokenizer: a fast Hugging Face tokenizer (BPE or SentencePiece).
 
     Example:
         >>> from icw.models import load_tokenizer

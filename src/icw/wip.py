@@ -28,6 +28,13 @@ def wip_key_null_sf(counts: np.ndarray, num_letters: int | np.ndarray, x: int | 
     ``counts`` is ``(26,)`` for one text (returns a float) or ``(B, 26)`` for a batch, with
     ``num_letters`` and ``x`` scalars or ``(B,)``: texts of similar length share one 26-step
     knapsack, in chunks whose tables stay under ``_DP_BUDGET`` floats.
+
+    Args:
+        counts (`np.ndarray`): ``(26,)`` or ``(B, 26)`` counts of unique word-initial tokens by first
+            letter.
+        num_letters (`int` or `np.ndarray`): the key's number of letters (13 in the paper), scalar or
+            ``(B,)``.
+        x (`int` or `np.ndarray`): the observed ``X`` (word starts with a key letter), scalar or ``(B,)``.
     """
     counts = np.asarray(counts, dtype=np.int64)
     single = counts.ndim == 1
@@ -154,6 +161,10 @@ def wip_excess_test(counts: np.ndarray, green: np.ndarray) -> tuple[np.ndarray, 
 def wip_letter_counts(texts: str | list[str], tokenizer: Any) -> np.ndarray:
     """``(B, 26)`` counts of the unique word-initial tokens (``V_en^word``) of each text, by first
     letter: all a WIP verifier reads of a text, shared by every WIP key of that tokenizer.
+
+    Args:
+        texts (`str` or `list[str]`): one text or a batch.
+        tokenizer: the tokenizer the WIP keys were built for.
 
     Example:
         >>> from icw.models import load_tokenizer

@@ -42,6 +42,8 @@ def _rng(seed: int, text: str) -> np.random.Generator:
 
 
 class Attack:
+    """Base of the attacks: ``attack(texts)`` returns ``(attacked texts, errors)``, ``None`` where it failed."""
+
     name: str = ""
 
     def __call__(self, texts: Sequence[str]) -> tuple[list[str | None], list[str | None]]:
@@ -50,6 +52,10 @@ class Attack:
 
 class DeletionAttack(Attack):
     """Delete a ``fraction`` of the words (whitespace-separated), chosen uniformly at random.
+
+    Args:
+        fraction (`float`, defaults to 0.3): share of the words deleted.
+        seed (`int`, defaults to 0): seed, combined with each text, of the words chosen.
 
     Example:
         >>> texts, _ = DeletionAttack(0.5)(["one two three four"])
@@ -125,6 +131,10 @@ class SynonymAttack(Attack):
     """Replace a ``fraction`` of the words that have a WordNet synonym (function words are
     skipped) by that synonym, keeping capitalisation and punctuation.
 
+    Args:
+        fraction (`float`, defaults to 0.3): share of the replaceable words replaced.
+        seed (`int`, defaults to 0): seed, combined with each text, of the words chosen.
+
     Example:
         >>> texts, _ = SynonymAttack(1.0)(["The big house"])
         >>> texts[0] != "The big house"
@@ -168,7 +178,15 @@ EXPAND_PROMPT = ("Write a complete, detailed answer of about {words} words based
 
 
 class EndpointAttack(Attack):
-    """An attack made of one or more rewriting requests to an OpenAI-compatible endpoint."""
+    """An attack made of one or more rewriting requests to an OpenAI-compatible endpoint.
+
+    Args:
+        name (`str`): ``paraphrase``, ``back-translation`` or ``summarize-expand``.
+        client (`ChatClient`): the rewriting model's endpoint.
+        rounds (`int`, defaults to 1): paraphrase rounds (1-3).
+        max_tokens (`int`, *optional*): cap on each rewrite's tokens (``None``: about twice the input's
+            words).
+    """
 
     def __init__(self, name: str, client: Any, rounds: int = 1, max_tokens: int | None = None) -> None:
         if name not in ENDPOINT_ATTACKS:
@@ -245,7 +263,15 @@ class AdaptiveAttack(Attack):
 
 
 def make_attack(name: str, client: Any = None, seed: int = 0, rounds: int = 1, adapter: str | None = None) -> Attack:
-    """``deletion``, ``synonym``, ``paraphrase``, ``back-translation``, ``summarize-expand`` or ``adaptive``."""
+    """``deletion``, ``synonym``, ``paraphrase``, ``back-translation``, ``summarize-expand`` or ``adaptive``.
+
+    Args:
+        name (`str`): the attack's name (see above).
+        client (`ChatClient`, *optional*): the rewriting endpoint (endpoint attacks only).
+        seed (`int`, defaults to 0): seed of the random attacks.
+        rounds (`int`, defaults to 1): paraphrase rounds (1-3).
+        adapter (`str`, *optional*): folder of a trained adaptive attacker (``adaptive`` only).
+    """
     if name == "adaptive":
         if not adapter:
             raise ValueError("the adaptive attack needs --attack-adapter DIR (an `icw train adaptive-attack` output)")
@@ -261,12 +287,26 @@ def make_attack(name: str, client: Any = None, seed: int = 0, rounds: int = 1, a
 
 def make_attacks(names: Sequence[str], client: Any = None, seed: int = 0, rounds: int = 1,
                  adapter: str | None = None) -> list[Attack]:
+    """:func:`make_attack` for each name; the arguments are those of :func:`make_attack`, shared.
+
+    Args:
+        names (`Sequence[str]`): the attacks' names.
+        client, seed, rounds, adapter: as in :func:`make_attack`.
+    """
     return [make_attack(n, client, seed, rounds, adapter) for n in names]
 
 
 def attack_family(store: Any, model: str, family: str, attacks: Sequence[Attack], chunk: int = 8) -> int:
     """Attack every finished positive of ``family`` not yet attacked, score and append; returns
-    the number of new records. Failures are recorded with ``error`` (retried next run)."""
+    the number of new records. Failures are recorded with ``error`` (retried next run).
+
+    Args:
+        store: the run's result store; attacked records are appended to it.
+        model (`str`): the evaluated model's name, recorded with each record.
+        family (`str`): the family whose positives are attacked.
+        attacks (`Sequence[Attack]`): the attacks to apply.
+        chunk (`int`, defaults to 8): texts attacked and saved together.
+    """
     from .scoring import score_texts
 
     sources = [r for r in store.rows() if r["model"] == model and r["family"] == family and r["role"] == "positive"

@@ -39,7 +39,13 @@ class BackendError(ValueError):
 
 @dataclass
 class Request:
-    """One generation: ``user`` is the full user turn; ``key`` is set only for ``bias`` decoding."""
+    """One generation: ``user`` is the full user turn; ``key`` is set only for ``bias`` decoding.
+
+    Args:
+        uid: identifies the request in the results.
+        user (`str`): the full user turn.
+        key (`ICWKey`, *optional*): the key whose bias decodes the answer (``bias`` mode only).
+    """
 
     uid: Any
     user: str
@@ -54,7 +60,7 @@ class Backend:
     tokenizer: Any = None
     supports_bias: bool = False
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
@@ -73,6 +79,7 @@ class TransformersBackend(Backend):
         generation_kwargs: passed to ``generate`` (default: :data:`icw.generation.DEFAULT_SAMPLING`).
         seed: base sampling seed (each batch reseeds from it, so runs repeat).
         adapter: a PEFT adapter folder loaded on top of ``model``.
+        device: where to load ``model`` when it is a name (``None``: CPU); a loaded pair stays where it is.
     """
 
     supports_bias = True
@@ -103,7 +110,7 @@ class TransformersBackend(Backend):
         self.max_new_tokens, self.batch_size, self.delta = max_new_tokens, batch_size, delta
         self.generation_kwargs, self.seed = generation_kwargs, seed
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         from ..generation import generate_responses
 
         requests = list(requests)
@@ -118,7 +125,7 @@ class TransformersBackend(Backend):
             generate_responses(self.model, self.tokenizer, [r.user for r in group],
                                [r.key for r in group] if mode == "bias" else None, mode, delta=self.delta,
                                max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, seed=self.seed,
-                               generation_kwargs=self.generation_kwargs, progress=desc, on_batch=save)
+                               generation_kwargs=self.generation_kwargs, progress=desc or False, on_batch=save)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "adapter": self.adapter, "batch_size": self.batch_size}
@@ -133,6 +140,8 @@ class ChatClient:
         api_key: the provider's key (local servers accept anything).
         retries: extra attempts after a failed or empty answer.
         timeout: seconds per request.
+        temperature: default sampling temperature (``None``: the endpoint's).
+        max_tokens: default cap on answer tokens (``None``: the endpoint's).
     """
 
     def __init__(self, base_url: str | None, model: str, api_key: str | None = None, *, retries: int = 2,
@@ -200,7 +209,19 @@ class ChatClient:
 class OpenAIBackend(Backend):
     """Chat completions from any OpenAI-compatible endpoint (instruction mode only: remote
     models take no logit bias). Requests go out ``concurrency`` at a time; an answer that
-    still fails after the retries is reported as an error, never dropped."""
+    still fails after the retries is reported as an error, never dropped.
+
+    Args:
+        model (`str`): the model name the endpoint serves.
+        base_url (`str`, *optional*): the endpoint, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key (`str`, *optional*): the provider's key (``None``: ``$OPENAI_API_KEY``).
+        max_new_tokens (`int`, defaults to 600): cap on new tokens per answer.
+        temperature (`float`, *optional*): sampling temperature (``None``: the endpoint's default).
+        concurrency (`int`, defaults to 4): parallel requests.
+        retries (`int`, defaults to 2): extra attempts after a failed or empty answer.
+        timeout (`float`, defaults to 600.0): seconds per request.
+        check (`bool`, defaults to `True`): probe the endpoint once at start, for an early clear error.
+    """
 
     supports_bias = False
 
@@ -213,7 +234,7 @@ class OpenAIBackend(Backend):
         if check:
             self.client.check()
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         if any(r.key is not None for r in requests):
             raise BackendError("bias mode perturbs logits, which a chat endpoint does not expose: "
                                "use --backend transformers or vllm")
@@ -224,7 +245,7 @@ class OpenAIBackend(Backend):
             except RuntimeError as err:
                 return None, str(err)
 
-        with ThreadPoolExecutor(self.concurrency) as pool, tqdm(total=len(requests), desc=desc) as bar:
+        with ThreadPoolExecutor(self.concurrency) as pool, tqdm(total=len(requests), desc=desc, disable=desc is None) as bar:
             futures = {pool.submit(one, r): r for r in requests}
             for future in as_completed(futures):
                 answer, error = future.result()
@@ -260,6 +281,11 @@ def request_processor(key: ICWKey | str, tokenizer: Any, delta: float | None = N
     It wraps the transformers processor for one row: the generated ids are prefixed with a
     placeholder so the first call looks like a one-token prompt and later calls advance the
     SA automaton by exactly the newest token, as in ``generate``.
+
+    Args:
+        key (`ICWKey` or `str`): the request's key.
+        tokenizer: the served model's tokenizer.
+        delta (`float`, *optional*): bias strength (``None``: the family's default).
     """
     import torch
 
@@ -301,7 +327,17 @@ def _vllm_processor_class() -> type:
 
 class VLLMBackend(Backend):
     """vLLM offline generation; ``bias`` mode sends each request's key through
-    ``SamplingParams.extra_args`` to the ICW logits processor. Needs vLLM and a GPU."""
+    ``SamplingParams.extra_args`` to the ICW logits processor. Needs vLLM and a GPU.
+
+    Args:
+        model (`str`): a folder or Hub id vLLM can load.
+        max_new_tokens (`int`, defaults to 600): cap on new tokens per answer.
+        delta (`float`, *optional*): bias strength in ``bias`` mode (``None``: the family's default).
+        seed (`int`, defaults to 0): sampling seed.
+        temperature (`float`, defaults to 0.7): sampling temperature.
+        top_p (`float`, defaults to 0.95): nucleus sampling threshold.
+        **llm_kwargs: passed to ``vllm.LLM``.
+    """
 
     supports_bias = True
 
@@ -329,18 +365,24 @@ class VLLMBackend(Backend):
         return SamplingParams(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                               seed=self.seed, extra_args=extra)
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str = "generate") -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult, desc: str | None = "generate") -> None:
         requests = list(requests)
         chunk = 256  # save every few hundred answers rather than only at the end
         for start in range(0, len(requests), chunk):
             part = requests[start : start + chunk]
             messages = [[{"role": "user", "content": r.user}] for r in part]
-            outputs = self.llm.chat(messages, [self.sampling_params(r) for r in part], use_tqdm=True)
+            outputs = self.llm.chat(messages, [self.sampling_params(r) for r in part], use_tqdm=desc is not None)
             on_result(part, [o.outputs[0].text.strip() for o in outputs], [None] * len(part))
 
 
 def make_backend(kind: str, model: str, **options: Any) -> Backend:
-    """Build a backend by name (``transformers``, ``openai`` or ``vllm``)."""
+    """Build a backend by name (``transformers``, ``openai`` or ``vllm``).
+
+    Args:
+        kind (`str`): ``"transformers"``, ``"openai"`` or ``"vllm"``.
+        model (`str`): the model (name, folder or Hub id).
+        **options: the backend's keyword arguments.
+    """
     if kind == "transformers":
         keep = ("max_new_tokens", "batch_size", "delta", "generation_kwargs", "seed", "adapter", "device")
         return TransformersBackend(model, **{k: v for k, v in options.items() if k in keep})

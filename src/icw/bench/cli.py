@@ -25,6 +25,11 @@ class BenchArgumentParser(HfArgumentParser):
     ``--config`` takes a YAML mapping of field names to values, or the name of a task packaged in
     ``icw/bench/tasks`` (``icwbench``). Unknown keys are an error, as in ``trl.TrlParser``.
 
+    Args:
+        dataclass_types (*optional*): the dataclasses whose fields become options, as in
+            ``HfArgumentParser``.
+        **kwargs: passed to ``argparse.ArgumentParser`` (e.g. ``prog=``).
+
     Example:
         >>> from icw.bench.runner import RUN_PARTS
         >>> parser = BenchArgumentParser(RUN_PARTS, prog="icw bench run")
@@ -85,6 +90,7 @@ class BenchArgumentParser(HfArgumentParser):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add this command group to the ``icw`` CLI's subparsers."""
     bench = sub.add_parser("bench", help="ICWBench: build the dataset, run a model, report")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=BenchArgumentParser)
     for name in _BENCH_MODULES:

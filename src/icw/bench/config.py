@@ -22,7 +22,11 @@ TASKS_DIR = Path(__file__).with_name("tasks")
 
 
 def read_config_file(spec: str) -> dict[str, Any]:
-    """The mapping of a YAML run/task file: a path, or the name of a packaged task (``icwbench``)."""
+    """The mapping of a YAML run/task file: a path, or the name of a packaged task (``icwbench``).
+
+    Args:
+        spec (`str`): a YAML file's path, or the name of a task in ``icw/bench/tasks``.
+    """
     import yaml
 
     path = Path(spec)
@@ -49,6 +53,23 @@ class TaskConfig:
 
     The defaults are those of the packaged ``icw/bench/tasks/icwbench.yaml``; a YAML file with the
     same keys (``--config my_task.yaml``) defines another task.
+
+    Args:
+        task (`str`, defaults to ``'icwbench'``): task name, recorded in ``run.json``.
+        version (`int`, defaults to ``1``): task version, recorded in ``run.json`` (bump when the numbers
+            would move).
+        dataset (`str`, defaults to ``'icw/ICWBench'``): ICWBench folder or Hub id.
+        split (`str`, defaults to ``'test'``): dataset split.
+        families (`list[str]`, defaults to ``['tsp', 'wip', 'sa']``): families to run.
+        limit (`int`, *optional*): first N queries per family (unset: all).
+        mode (`str`, defaults to ``'instruction'``): instruction (the benchmark) or bias (logit bias, the
+            synthesis upper bound).
+        max_new_tokens (`int`, defaults to ``600``): cap on new tokens per response.
+        delta (`float`, *optional*): bias strength in bias mode (unset: the family's default).
+        template (`str`, defaults to ``'paper'``): paper, heldout, or a template file.
+        key_seed_offset (`int`, *optional*): held-out keys: redraw each key with seed = offset + row.
+        query_dataset (`str`, *optional*): take queries from another dataset[:split].
+        query_column (`str`, defaults to ``'query'``): column of ``--query-dataset`` holding the queries.
     """
 
     _argument_group_name = "task (a YAML task file sets these: --config icwbench)"
@@ -90,7 +111,20 @@ class TaskConfig:
 
 @dataclass
 class BackendConfig:
-    """Who answers: the model or endpoint and how it is driven."""
+    """Who answers: the model or endpoint and how it is driven.
+
+    Args:
+        backend (`str`, defaults to ``'transformers'``): transformers, openai or vllm.
+        model (`str`, defaults to ``'smollm2'``): model name, folder or Hub id (smollm2: the embedded
+            SmolLM2).
+        base_model (`str`, *optional*): recorded: the model this one was trained from.
+        adapter (`str`, *optional*): PEFT adapter folder (transformers backend).
+        base_url (`str`, *optional*): OpenAI-compatible endpoint URL (openai backend).
+        api_key (`str`, *optional*): endpoint API key (unset: ``$OPENAI_API_KEY``).
+        batch_size (`int`, defaults to ``8``): prompts per generate call (transformers).
+        concurrency (`int`, defaults to ``4``): parallel requests (openai backend).
+        seed (`int`, defaults to ``0``): sampling seed.
+    """
 
     _argument_group_name = "backend"
 
@@ -112,7 +146,22 @@ class BackendConfig:
 
 @dataclass
 class ExtrasConfig:
-    """Where results go and what else is measured: attacks, perplexity, an LLM judge."""
+    """Where results go and what else is measured: attacks, perplexity, an LLM judge.
+
+    Args:
+        out (`str`): run directory (``responses.jsonl``, ``run.json``, ``quality.jsonl``); rerun the same
+            command to resume it.
+        attacks (`list[str]`, defaults to ``[]``): attacks on positives (see icw.bench.attacks).
+        attack_url (`str`, *optional*): endpoint for paraphrase-style attacks.
+        attack_model (`str`, *optional*): model at ``--attack-url``.
+        attack_adapter (`str`, *optional*): folder of a trained adaptive attacker (``icw train adaptive-attack``)
+            for ``--attacks adaptive``.
+        paraphrase_rounds (`int`, defaults to ``1``): rounds of LLM paraphrase (1-3).
+        ppl_models (`list[str]`, defaults to ``[]``): reference models for perplexity.
+        judge_url (`str`, *optional*): OpenAI-compatible endpoint of the judge.
+        judge_model (`str`, *optional*): judge model name.
+        progress (`bool`, defaults to ``True``): show progress bars.
+    """
 
     _argument_group_name = "output, attacks and quality"
 

@@ -28,7 +28,7 @@ import numpy as np
 from ..citation import BIBTEX
 from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES, TEST_SEED_START, TRAIN_SEED_START, ICWKey, check_family
-from ..questions import QUESTION_FIELDS, bundled_questions_path, read_questions
+from ..questions import QUESTION_FIELDS, bundled_question_splits, bundled_questions_path, read_questions
 
 LFQA_ID = "vblagoje/lfqa"
 #: ICWBench's Hub id: the runner's default dataset and the one model cards cite.
@@ -39,7 +39,23 @@ _BUILD_FILE = "icwbench_build.json"
 
 @dataclass
 class BenchBuildConfig:
-    """Options of ``icw bench build``."""
+    """Options of ``icw bench build``.
+
+    Args:
+        out (`str`): output folder.
+        questions (`str`, *optional*): question file: JSON Lines with a 'question', 'query' or 'title'
+            field, or plain text, one per line (default: the bundled icw question file).
+        lfqa (`bool`, defaults to ``False``): take queries from vblagoje/lfqa on the Hub (online).
+        num_test (`int`, *optional*): test queries (default: 500 with ``--lfqa``, else half of the question
+            file, at most 100).
+        num_train (`int`, *optional*): train queries, disjoint from test (default: the rest, at most 1000).
+        families (`tuple[str, ...]`, defaults to ``('tsp', 'wip', 'sa')``): families to build.
+        tokenizer (`str`, defaults to ``'qwen3'``): tokenizer TSP/WIP keys are built for.
+        pool_size (`int`, *optional*): TSP candidate pool (the N lowest-id English tokens); default: all of
+            V_en as in the paper.
+        gamma (`float`, defaults to ``0.2``): TSP green fraction.
+        shuffle_seed (`int`, defaults to ``0``): seed of the query shuffle before the test/train split.
+    """
 
     out: str = field(metadata={"help": "output folder"})
     questions: str | None = field(default=None, metadata={
@@ -47,7 +63,8 @@ class BenchBuildConfig:
                 "(default: the bundled icw question file)"})
     lfqa: bool = field(default=False, metadata={"help": f"take queries from {LFQA_ID} on the Hub (online)"})
     num_test: int | None = field(default=None, metadata={
-        "help": "test queries (default: 500 with --lfqa, else half of the question file, at most 100)"})
+        "help": "test queries (default: 500 with --lfqa, all 100 test questions of the bundled file, else half of "
+                "the question file, at most 100)"})
     num_train: int | None = field(default=None, metadata={"help": "train queries, disjoint from test (default: the rest, "
                                                                   "at most 1000)"})
     families: tuple[str, ...] = field(default=FAMILIES, metadata={"help": "families to build"})
@@ -84,6 +101,12 @@ def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
     """Test queries sampled from LFQA's test split (topped up from validation), train from its train split.
 
     ``dataset_id`` may be a local copy with the same splits (how the tests run it offline).
+
+    Args:
+        num_test (`int`): test queries to sample.
+        num_train (`int`): train queries to sample.
+        seed (`int`, defaults to 0): seed of the sampling.
+        dataset_id (`str`, defaults to ``"vblagoje/lfqa"``): the LFQA dataset on the Hub.
     """
     import datasets
 
@@ -110,27 +133,58 @@ def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
 
 
 def split_queries(pairs: list[tuple[str, str]], num_test: int | None, num_train: int | None,
-                  seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Shuffle (seeded) and cut into disjoint test and train query lists; duplicates are dropped."""
+                  seed: int = 0, test_pool: set[str] | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Shuffle (seeded) and cut into disjoint test and train query lists; duplicates are dropped.
+
+    With ``test_pool`` (the bundled file's ``test`` questions) test queries come only from the pool
+    and train queries only from outside it, so the split is fixed by the file, whatever the seed.
+
+    Args:
+        pairs (`list[tuple[str, str]]`): ``(query, source id)`` pairs.
+        num_test (`int`, *optional*): test queries (``None``: half of them, at most 100).
+        num_train (`int`, *optional*): train queries (``None``: the rest, at most 1000).
+        seed (`int`, defaults to 0): seed of the shuffle.
+        test_pool (`set[str]`, *optional*): the only queries test may draw from (train draws from the rest).
+    """
     unique = list(dict.fromkeys(pairs).keys())
     seen: set[str] = set()
     unique = [p for p in unique if not (p[0] in seen or seen.add(p[0]))]
     order = np.random.default_rng(seed).permutation(len(unique))
     shuffled = [unique[i] for i in order]
+    if test_pool is not None:
+        candidates = [p for p in shuffled if p[0] in test_pool]
+        n_test = len(candidates) if num_test is None else num_test
+        if n_test < 1 or n_test > len(candidates):
+            raise ValueError(f"--num-test {n_test} needs at least that many questions; the bundled question file "
+                             f"has {len(candidates)} test questions")
+        return candidates[:n_test], _take_train([p for p in shuffled if p[0] not in test_pool], n_test, num_train)
     n_test = min(100, len(shuffled) // 2) if num_test is None else num_test
     if n_test < 1 or n_test > len(shuffled):
         raise ValueError(f"--num-test {n_test} needs at least that many questions; the file has {len(shuffled)}")
-    rest = shuffled[n_test:]
+    return shuffled[:n_test], _take_train(shuffled[n_test:], n_test, num_train)
+
+
+def _take_train(rest: list[tuple[str, str]], n_test: int, num_train: int | None) -> list[tuple[str, str]]:
     n_train = min(1000, len(rest)) if num_train is None else num_train
     if n_train > len(rest):
         raise ValueError(f"--num-train {n_train} exceeds the {len(rest)} questions left after {n_test} test queries")
-    return shuffled[:n_test], rest[:n_train]
+    return rest[:n_train]
 
 
 # ------------------------------------------------------------------------------ rows
 def build_rows(family: str, split: str, queries: list[tuple[str, str]], tokenizer: Any,
                pool_size: int | None = None, gamma: float = 0.2, progress: bool = False) -> list[dict[str, Any]]:
-    """One row per query, each with its own key (seed ``TEST_SEED_START + i`` or ``TRAIN_SEED_START + i``)."""
+    """One row per query, each with its own key (seed ``TEST_SEED_START + i`` or ``TRAIN_SEED_START + i``).
+
+    Args:
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
+        split (`str`): ``"test"`` or ``"train"`` (picks the disjoint key seed range).
+        queries (`list[tuple[str, str]]`): ``(query, source id)`` pairs.
+        tokenizer: the tokenizer TSP/WIP keys are built for.
+        pool_size (`int`, *optional*): TSP candidate pool size (``None``: all of ``V_en``).
+        gamma (`float`, defaults to 0.2): TSP green fraction.
+        progress (`bool`, defaults to `False`): show a progress bar.
+    """
     from tqdm.auto import tqdm
 
     family = check_family(family)
@@ -163,7 +217,12 @@ def _write_parquet(rows: list[dict[str, Any]], path: Path, progress: bool = True
 
 def build(config: BenchBuildConfig, progress: bool = True) -> Path:
     """Build ICWBench into ``config.out``; returns the folder. Re-running resumes: splits already
-    written by the same build settings are kept."""
+    written by the same build settings are kept.
+
+    Args:
+        config (`BenchBuildConfig`): what to build and where.
+        progress (`bool`, defaults to `True`): show progress bars.
+    """
     from ..models import load_tokenizer
 
     out = Path(config.out)
@@ -174,7 +233,10 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
         source = LFQA_ID
     else:
         path = Path(config.questions) if config.questions else bundled_questions_path()
-        test_q, train_q = split_queries(read_questions(path), config.num_test, config.num_train, config.shuffle_seed)
+        # the bundled file's own test/train split keeps ICWBench's test questions out of training queries
+        pool = None if config.questions else {q for q, split in bundled_question_splits().items() if split == "test"}
+        test_q, train_q = split_queries(read_questions(path), config.num_test, config.num_train, config.shuffle_seed,
+                                        test_pool=pool)
         source = "icw-questions" if not config.questions else str(path)
     tokenizer = load_tokenizer(config.tokenizer)
     settings = {**asdict(config), "out": None, "families": list(config.families),
@@ -208,7 +270,13 @@ def build(config: BenchBuildConfig, progress: bool = True) -> Path:
 
 
 def card_metadata(families: list[str], counts: dict[str, dict[str, int]], lfqa: bool) -> dict[str, Any]:
-    """The card's YAML header: ``configs:`` (one per family, test/train parquet files) and tags."""
+    """The card's YAML header: ``configs:`` (one per family, test/train parquet files) and tags.
+
+    Args:
+        families (`list[str]`): the families built.
+        counts (`dict`): rows per family and split.
+        lfqa (`bool`): whether the queries came from LFQA (sets the source dataset tag).
+    """
     total = sum(sum(c.values()) for c in counts.values())
     size = "n<1K" if total < 1000 else "1K<n<10K" if total < 10_000 else "10K<n<100K"
     return {
@@ -225,6 +293,14 @@ def card_metadata(families: list[str], counts: dict[str, dict[str, int]], lfqa: 
 
 
 def dataset_card(config: BenchBuildConfig, counts: dict[str, dict[str, int]], source: str, tokenizer: Any) -> str:
+    """The ICWBench dataset card (``README.md``): YAML header, how it was built, and the key facts.
+
+    Args:
+        config (`BenchBuildConfig`): the build's options.
+        counts (`dict`): rows per family and split.
+        source (`str`): where the queries came from, in words.
+        tokenizer: the tokenizer TSP/WIP keys were built for (its vocabulary sizes go in the card).
+    """
     import yaml
 
     from ..vocab import vocabulary
@@ -308,7 +384,15 @@ ROC-AUC and TPR at 1% FPR of the verifier's z (`icw bench run` and `icw bench re
 # ------------------------------------------------------------------------------ push
 def push(folder: str | Path, repo_id: str, dry_run: bool = False, private: bool = False,
          token: str | None = None) -> list[dict[str, Any]]:
-    """Upload a built ICWBench folder: ``push_to_hub`` per config, then the dataset card."""
+    """Upload a built ICWBench folder: ``push_to_hub`` per config, then the dataset card.
+
+    Args:
+        folder (`str` or `Path`): the folder :func:`build` wrote.
+        repo_id (`str`): the Hub dataset repository.
+        dry_run (`bool`, defaults to `False`): list the uploads without sending anything.
+        private (`bool`, defaults to `False`): create the repository as private.
+        token (`str`, *optional*): a Hub token (``None``: the logged-in user's).
+    """
     import datasets
 
     folder = Path(folder)
@@ -354,6 +438,8 @@ def _cli_push(args: argparse.Namespace) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw bench build`` and ``icw bench push`` to the CLI's subparsers."""
+    """Add ``icw bench build`` and ``icw bench push`` to the CLI's subparsers."""
     helps = {f.name: f.metadata.get("help") for f in BenchBuildConfig.__dataclass_fields__.values()}
     b = sub.add_parser("build", help="build the ICWBench dataset (parquet + dataset card)")
     b.add_argument("--out", required=True, help=helps["out"])

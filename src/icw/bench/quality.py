@@ -45,7 +45,16 @@ Reply with one JSON object and nothing else, for example:
 # ------------------------------------------------------------------------------- perplexity
 def perplexity_family(store: Any, quality: Any, model_id: str, family: str, reference: str,
                       batch_size: int = 4) -> int:
-    """Perplexity of every finished, unattacked positive of ``family`` under ``reference``."""
+    """Perplexity of every finished, unattacked positive of ``family`` under ``reference``.
+
+    Args:
+        store: the run's result store (finished responses).
+        quality: the ``quality.jsonl`` store the perplexities are appended to.
+        model_id (`str`): the evaluated model's name, recorded with each row.
+        family (`str`): the family to score.
+        reference (`str`): the reference model that computes perplexity.
+        batch_size (`int`, defaults to 4): texts per forward pass.
+    """
     from ..models import load_model
 
     tag = f"ppl:{reference}"
@@ -73,6 +82,9 @@ def parse_judge(text: str) -> dict[str, int] | None:
 
     Accepts a JSON object (anywhere in the reply, keys case/space-insensitive), lines like
     ``Relevance: 4`` or ``Factual correctness - 5/5``, or exactly four bare digits 1-5.
+
+    Args:
+        text (`str`): the judge's reply.
 
     Example:
         >>> parse_judge('Sure! {"Relevance": 5, "clarity": 4, "informativeness": 4, "factual correctness": 3}')
@@ -124,7 +136,14 @@ def parse_judge(text: str) -> dict[str, int] | None:
 
 
 def judge_one(client: Any, query: str, response: str, attempts: int = 3) -> dict[str, Any]:
-    """Ask the judge, re-asking on unparsable replies; returns scores or an ``error`` with the raw reply."""
+    """Ask the judge, re-asking on unparsable replies; returns scores or an ``error`` with the raw reply.
+
+    Args:
+        client (`ChatClient`): the judge endpoint.
+        query (`str`): the question.
+        response (`str`): the answer to grade.
+        attempts (`int`, defaults to 3): times to ask before giving up on an unparsable reply.
+    """
     prompt = JUDGE_PROMPT.format(query=query, response=response)
     raw = None
     error = None
@@ -142,7 +161,16 @@ def judge_one(client: Any, query: str, response: str, attempts: int = 3) -> dict
 
 
 def judge_family(store: Any, quality: Any, model_id: str, family: str, client: Any, attempts: int = 3) -> int:
-    """Judge every finished, unattacked positive of ``family`` not yet judged by ``client.model``."""
+    """Judge every finished, unattacked positive of ``family`` not yet judged by ``client.model``.
+
+    Args:
+        store: the run's result store (finished responses).
+        quality: the ``quality.jsonl`` store the scores are appended to.
+        model_id (`str`): the evaluated model's name, recorded with each row.
+        family (`str`): the family to judge.
+        client (`ChatClient`): the judge endpoint.
+        attempts (`int`, defaults to 3): times to ask before giving up on an unparsable reply.
+    """
     tag = f"judge:{client.model}"
     todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
             and r.get("attack", "none") == "none" and not r.get("error")

@@ -43,7 +43,14 @@ _JUDGE_SHORT = {"relevance": "R", "clarity": "C", "informativeness": "I", "factu
 def verdict_rates(records: list[dict[str, Any]], family: str, alpha: float, confidence: float = 0.95
                   ) -> dict[str, Any] | None:
     """Verdict-based TPR and FPR at ``alpha`` (``p_value <= alpha``) on the paired queries of one family,
-    each with a Clopper-Pearson interval (``scipy.stats.binomtest``)."""
+    each with a Clopper-Pearson interval (``scipy.stats.binomtest``).
+
+    Args:
+        records (`list[dict]`): the run's scored records.
+        family (`str`): the family.
+        alpha (`float`): the verdict's significance level.
+        confidence (`float`, defaults to 0.95): the intervals' confidence level.
+    """
     from scipy.stats import binomtest
 
     pos: dict[str, float] = {}
@@ -64,7 +71,13 @@ def verdict_rates(records: list[dict[str, Any]], family: str, alpha: float, conf
 
 
 def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.01) -> dict[str, Any]:
-    """The ``results.json`` object of a run directory."""
+    """The ``results.json`` object of a run directory.
+
+    Args:
+        run_dir (`str` or `Path`): an ``icw bench run`` folder.
+        num_bootstrap (`int`, defaults to 1000): bootstrap replicates of the intervals.
+        alpha (`float`, defaults to 0.01): the verdicts' significance level.
+    """
     run_dir = Path(run_dir)
     if not (run_dir / RESPONSES).exists():
         raise ValueError(f"{run_dir} has no {RESPONSES}: pass the --out folder of an `icw bench run`")
@@ -125,6 +138,14 @@ def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: floa
     the paper's Table (so it can only fall as the constraint tightens). Utility is
     :func:`icw.rewriting.semantic_utility` (chrF against the unattacked answer); ``attack="none"``
     gives the baseline (utility 1). Failed attacks (no text) are left out. None if nothing was scored.
+
+    Args:
+        records (`list[dict]`): the run's scored records.
+        family (`str`): the family.
+        attack (`str`): the attack's name (``"none"``: the baseline).
+        alpha (`float`, defaults to 0.01): the verdict's significance level.
+        constraints (`tuple[float, ...]`, defaults to ``(0.6, 0.7, 0.8, 0.9)``): the utility thresholds
+            ``c`` of ``esr_at_utility``.
     """
     from ..rewriting import semantic_utility
 
@@ -180,7 +201,11 @@ def _tpr_label(summary: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """Tables 2 and 3 of the paper for one model, plus mean z and attacks."""
+    """Tables 2 and 3 of the paper for one model, plus mean z and attacks.
+
+    Args:
+        result (`dict`): the object :func:`summarize` returns.
+    """
     fams = [f for f in FAMILIES if f in result["families"]]
     F = result["families"]
     name = result["model"] + (f" (adapter on {result['base_model']})" if result.get("base_model") else "")
@@ -257,7 +282,12 @@ def _evasion_table(F: dict[str, Any], fams: list[str]) -> list[str]:
 
 
 def plot(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> list[Path]:
-    """ROC curves and z histograms per family as PNG; returns the files written."""
+    """ROC curves and z histograms per family as PNG; returns the files written.
+
+    Args:
+        run_dir (`str` or `Path`): the run folder the PNG files are written to.
+        records (`list[dict]`, *optional*): the run's records (``None``: read from ``run_dir``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,7 +333,14 @@ def plot(run_dir: str | Path, records: list[dict[str, Any]] | None = None) -> li
 
 
 def report(run_dir: str | Path, num_bootstrap: int = 1000, figures: bool = True, alpha: float = 0.01) -> dict[str, Any]:
-    """Write results.json, report.md and the figures; returns the results object."""
+    """Write results.json, report.md and the figures; returns the results object.
+
+    Args:
+        run_dir (`str` or `Path`): an ``icw bench run`` folder.
+        num_bootstrap (`int`, defaults to 1000): bootstrap replicates of the intervals.
+        figures (`bool`, defaults to `True`): also write the PNG figures.
+        alpha (`float`, defaults to 0.01): the verdicts' significance level.
+    """
     run_dir = Path(run_dir)
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"--alpha must lie strictly between 0 and 1, got {alpha!r}")
@@ -323,6 +360,7 @@ def _report_command(args: argparse.Namespace) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw bench report`` to the CLI's subparsers."""
     p = sub.add_parser("report", help="tables (paper Tables 2-3), ROC/z-histogram PNGs and results.json of a run",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the --out folder of `icw bench run`")

@@ -68,6 +68,9 @@ class ResultStore:
     mid-write) is skipped on load and counted in ``skipped_lines``; a malformed line anywhere
     else is an error naming the file and line. Later lines win, so a retried failure replaces
     its error.
+
+    Args:
+        path (`str` or `os.PathLike`): the JSON Lines file (created on the first append).
     """
 
     KEY = ("model", "family", "id", "role", "attack")
@@ -103,7 +106,13 @@ class ResultStore:
 
 
 def check_record(row: Any, where: str, required: Sequence[str] = ()) -> dict[str, Any]:
-    """``row`` if it is a JSON object with string fields ``required``, else a one-line error at ``where``."""
+    """``row`` if it is a JSON object with string fields ``required``, else a one-line error at ``where``.
+
+    Args:
+        row: a parsed JSON value.
+        where (`str`): names the file and line in the error.
+        required (`Sequence[str]`, defaults to ``()``): fields that must be strings.
+    """
     if not isinstance(row, dict):
         raise JSONLError(f"{where}: expected a JSON object, got {type(row).__name__}")
     for name in required:
@@ -121,13 +130,25 @@ def check_record(row: Any, where: str, required: Sequence[str] = ()) -> dict[str
 
 
 def load_records(run_dir: str | os.PathLike, name: str = RESPONSES) -> list[dict[str, Any]]:
-    """The latest record of every item in ``RUN_DIR/responses.jsonl`` (or another JSONL file)."""
+    """The latest record of every item in ``RUN_DIR/responses.jsonl`` (or another JSONL file).
+
+    Args:
+        run_dir (`str` or `os.PathLike`): an ``icw bench run`` folder.
+        name (`str`, defaults to ``"responses.jsonl"``): the JSON Lines file inside it.
+    """
     return ResultStore(Path(run_dir) / name).rows()
 
 
 # ----------------------------------------------------------------------------- the dataset
 def load_family(dataset: str, family: str, split: str = "test", limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows of one family of ICWBench (local folder or Hub id), checked for the needed columns."""
+    """Rows of one family of ICWBench (local folder or Hub id), checked for the needed columns.
+
+    Args:
+        dataset (`str`): an ICWBench folder or Hub id.
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
+        split (`str`, defaults to ``"test"``): the dataset split.
+        limit (`int`, *optional*): keep the first ``limit`` rows (``None``: all).
+    """
     import datasets
 
     try:
@@ -159,7 +180,12 @@ def load_family(dataset: str, family: str, split: str = "test", limit: int | Non
 
 
 def check_row_keys(rows: Sequence[dict[str, Any]], where: str) -> None:
-    """Parse every row's key before anything is generated or written; errors name the row."""
+    """Parse every row's key before anything is generated or written; errors name the row.
+
+    Args:
+        rows (`Sequence[dict]`): ICWBench rows.
+        where (`str`): names the dataset and family in errors.
+    """
     for number, row in enumerate(rows):
         try:
             key = as_key(row["key"])
@@ -171,7 +197,13 @@ def check_row_keys(rows: Sequence[dict[str, Any]], where: str) -> None:
 
 
 def load_queries(spec: str, column: str, n: int) -> list[str]:
-    """The first ``n`` values of ``column`` in ``dataset[:split]`` (a Hub id, folder or data file)."""
+    """The first ``n`` values of ``column`` in ``dataset[:split]`` (a Hub id, folder or data file).
+
+    Args:
+        spec (`str`): ``dataset[:split]``: a Hub id, folder or data file, optionally with a split.
+        column (`str`): the column holding the queries.
+        n (`int`): the number of queries needed.
+    """
     import datasets
 
     name, _, split = spec.partition(":")
@@ -193,7 +225,15 @@ def load_queries(spec: str, column: str, n: int) -> list[str]:
 
 @dataclass
 class Item:
-    """One query of the run with its effective key and user messages."""
+    """One query of the run with its effective key and user messages.
+
+    Args:
+        row (`dict`): the ICWBench row.
+        key (`ICWKey`): the effective key (held-out keys redraw it).
+        positive_user (`str`): the user turn of the watermarked answer (instruction + query in
+            ``instruction`` mode).
+        query (`str`): the query alone (the negative's user turn).
+    """
 
     row: dict[str, Any]
     key: ICWKey
@@ -209,7 +249,14 @@ def _rekey(key: ICWKey, tokenizer: Any, seed: int | None = None) -> ICWKey:
 
 
 def build_items(config: RunConfig, family: str, rows: Sequence[dict[str, Any]], backend: Backend) -> list[Item]:
-    """Apply the generalization options and the mode to the dataset rows."""
+    """Apply the generalization options and the mode to the dataset rows.
+
+    Args:
+        config (`RunConfig`): the run's options (mode, template, held-out keys, query dataset).
+        family (`str`): the family.
+        rows (`Sequence[dict]`): the family's ICWBench rows.
+        backend (`Backend`): the backend (its tokenizer renders TSP instructions).
+    """
     queries = ([r["query"] for r in rows] if not config.query_dataset
                else load_queries(config.query_dataset, config.query_column, len(rows)))
     template = template_for(config.template, family)
@@ -269,7 +316,12 @@ def _base_record(config: RunConfig, model: str, family: str, item: Item, role: s
 
 
 def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
-    """A warning when the longest prompt (plus a short answer) does not fit the local model's context."""
+    """A warning when the longest prompt (plus a short answer) does not fit the local model's context.
+
+    Args:
+        backend (`Backend`): the backend (a local model's context size is checked).
+        prompts (`Sequence[str]`): the user turns to send.
+    """
     from ..generation import prompt_overflow
 
     overflow = prompt_overflow(getattr(backend, "model", None), backend.tokenizer, prompts, max_new_tokens=32)
@@ -282,20 +334,32 @@ def context_warning(backend: Backend, prompts: Sequence[str]) -> str | None:
 
 def generate_family(config: RunConfig, backend: Backend, store: ResultStore, family: str,
                     items: Sequence[Item]) -> int:
-    """Generate and score the missing positives and negatives of one family; returns how many."""
+    """Generate and score the missing positives and negatives of one family; returns how many.
+
+    Positives and negatives are generated in turn, each with its own progress bar that names the
+    role and, on resume, how many the run folder already holds ("sa positives: 12 of 24 already done").
+
+    Args:
+        config (`RunConfig`): the run's options.
+        backend (`Backend`): generates the answers.
+        store (`ResultStore`): the run's records; finished items are skipped and new ones appended.
+        family (`str`): the family.
+        items (`Sequence[Item]`): the family's items (:func:`build_items`).
+    """
     model = config.model_id()
-    requests: list[Request] = []
+    pending: dict[str, list[Request]] = {"positive": [], "negative": []}
     for item in items:
         for role in ("positive", "negative"):
             record = _base_record(config, model, family, item, role)
             if store.done(record):
                 continue
             if role == "negative":
-                requests.append(Request(record, item.query))
+                pending[role].append(Request(record, item.query))
             elif config.mode == "bias":
-                requests.append(Request(record, item.query, item.key))
+                pending[role].append(Request(record, item.query, item.key))
             else:
-                requests.append(Request(record, item.positive_user))
+                pending[role].append(Request(record, item.positive_user))
+    requests = pending["positive"] + pending["negative"]
     if not requests:
         return 0
     warning = context_warning(backend, [r.user for r in requests])
@@ -316,12 +380,39 @@ def generate_family(config: RunConfig, backend: Backend, store: ResultStore, fam
             rows.append(row)
         store.append(rows)
 
-    backend.generate(requests, save, desc=f"{family} ({len(requests)} responses)")
+    for role, todo in pending.items():
+        if todo:
+            backend.generate(todo, save, desc=progress_label(family, role, len(items) - len(todo), len(items))
+                             if config.progress else None)
     return len(requests)
 
 
+def progress_label(family: str, role: str, done: int, total: int) -> str:
+    """The progress bar's description: family, role and, on resume, what is already done.
+
+    Args:
+        family (`str`): the family.
+        role (`str`): ``"positive"`` or ``"negative"``.
+        done (`int`): items the run folder already holds.
+        total (`int`): items of this family and role.
+
+    Example:
+        >>> progress_label("sa", "positive", 12, 24)
+        'sa positives: 12 of 24 already done'
+        >>> progress_label("wip", "negative", 0, 24)
+        'wip negatives'
+    """
+    label = f"{family} {role}s"
+    return f"{label}: {done} of {total} already done" if done else label
+
+
 def run(config: RunConfig, backend: Backend | None = None) -> Path:
-    """Run the benchmark as configured; returns the run directory. Resumable (see module doc)."""
+    """Run the benchmark as configured; returns the run directory. Resumable (see module doc).
+
+    Args:
+        config (`RunConfig`): what to run and where to write it.
+        backend (`Backend`, *optional*): a ready backend (``None``: built from ``config``).
+    """
     out = Path(config.out)
     # dataset problems surface before anything is written, so a failed start leaves no run.json
     rows_by_family = {f: load_family(config.dataset, f, config.split, config.limit) for f in config.families}

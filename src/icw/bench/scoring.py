@@ -20,7 +20,12 @@ from ..verification import verify
 
 
 def key_tokenizer(key: ICWKey, tokenizers: dict[str, Any] | None = None) -> Any:
-    """The tokenizer a TSP/WIP key was built for (None for SA), loaded once per name."""
+    """The tokenizer a TSP/WIP key was built for (None for SA), loaded once per name.
+
+    Args:
+        key (`ICWKey`): the key.
+        tokenizers (`dict`, *optional*): a cache of loaded tokenizers by name, filled as they load.
+    """
     if key.family == "sa":
         return None
     tokenizers = {} if tokenizers is None else tokenizers
@@ -67,7 +72,14 @@ def paired_scores(records: Iterable[dict[str, Any]], family: str, attack: str = 
     """Positive z-scores (under ``attack``) and negative z-scores (always unattacked) of one family.
 
     Only queries with both a scored positive and a scored negative enter, so each family's
-    AUC compares like with like."""
+    AUC compares like with like.
+
+    Args:
+        records: the run's scored records.
+        family (`str`): the family.
+        attack (`str`, defaults to ``"none"``): the attack applied to the positives (``"none"``:
+            unattacked).
+    """
     pos: dict[str, float] = {}
     neg: dict[str, float] = {}
     for r in records:
@@ -87,6 +99,12 @@ def detection_summary(pos: Sequence[float], neg: Sequence[float], fpr: float = 0
 
     The fields are :class:`icw.detection.DetectionReport`'s names: ``roc_auc``, ``roc_auc_ci``,
     ``tpr_at_fpr``, ``tpr_at_fpr_ci`` and ``fpr`` (the rate TPR is read at).
+
+    Args:
+        pos (`Sequence[float]`): z-scores of watermarked texts.
+        neg (`Sequence[float]`): z-scores of unwatermarked texts.
+        fpr (`float`, defaults to 0.01): the false-positive rate TPR is read at.
+        num_bootstrap (`int`, defaults to 1000): bootstrap replicates.
     """
     if not pos or not neg:
         return None

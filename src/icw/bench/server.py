@@ -27,7 +27,13 @@ DEFAULT_MAX_TOKENS = 256
 
 
 class ChatModel:
-    """Turns chat messages into one answer with the model's chat template."""
+    """Turns chat messages into one answer with the model's chat template.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        tokenizer: its tokenizer (with a chat template).
+        name (`str`): the model name the API reports and accepts.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, name: str) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -59,7 +65,12 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> tu
 
 
 def handle_chat(chat: ChatModel, body: dict[str, Any]) -> tuple[int, dict]:
-    """Validate an OpenAI chat request and answer it (status, JSON body)."""
+    """Validate an OpenAI chat request and answer it (status, JSON body).
+
+    Args:
+        chat (`ChatModel`): the model that answers.
+        body (`dict`): the request's JSON body (``model``, ``messages``, sampling options).
+    """
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(
             isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role") in ("system", "user", "assistant")
@@ -89,7 +100,13 @@ def handle_chat(chat: ChatModel, body: dict[str, Any]) -> tuple[int, dict]:
 
 
 def make_server(chat: ChatModel, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    """An HTTP server (not yet serving) answering the OpenAI chat API with ``chat``."""
+    """An HTTP server (not yet serving) answering the OpenAI chat API with ``chat``.
+
+    Args:
+        chat (`ChatModel`): the model that answers.
+        host (`str`, defaults to ``"127.0.0.1"``): the address to bind.
+        port (`int`, defaults to 8000): the port to bind (0: any free port).
+    """
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -136,13 +153,23 @@ def make_server(chat: ChatModel, host: str = "127.0.0.1", port: int = 8000) -> T
 def serve_in_thread(model: Any, tokenizer: Any, name: str = "smollm2", host: str = "127.0.0.1",
                     port: int = 0) -> tuple[ThreadingHTTPServer, str]:
     """Start a server on a background thread; returns ``(server, base_url)``. ``port=0`` picks a
-    free port. Stop it with ``server.shutdown()``."""
+    free port. Stop it with ``server.shutdown()``.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        tokenizer: its tokenizer.
+        name (`str`, defaults to ``"smollm2"``): the model name the API reports.
+        host (`str`, defaults to ``"127.0.0.1"``): the address to bind.
+        port (`int`, defaults to 0): the port to bind (0: any free port).
+    """
     server = make_server(ChatModel(model, tokenizer, name), host, port)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}/v1"
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve a model on the OpenAI chat API until interrupted (``python -m icw.bench.server --help``)."""
+    """Serve a model on the OpenAI chat API until interrupted (``python -m icw.bench.server --help``)."""
     parser = argparse.ArgumentParser(prog="python -m icw.bench.server", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="'smollm2' (embedded), a local folder or a Hub id")
     parser.add_argument("--name", help="model name to answer to (default: --model)")

@@ -33,6 +33,7 @@ def include_path() -> Path:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``icw bench lm-eval-path`` to the CLI's subparsers."""
     p = sub.add_parser("lm-eval-path", help="print the --include_path of the lm-evaluation-harness ICWBench tasks",
                        description="Print the folder holding the icwbench lm-evaluation-harness tasks: "
                                    "lm_eval --tasks icwbench --include_path \"$(icw bench lm-eval-path)\" ...")

@@ -79,22 +79,41 @@ def load_icwbench(family: str, dataset: str | None = None, split: str = "test", 
 
 
 def load_tsp(**metadata: Any) -> dict[str, Any]:
-    """``custom_dataset`` of ``icwbench_tsp``."""
+    """``custom_dataset`` of ``icwbench_tsp``.
+
+    Args:
+        **metadata: the task's ``metadata`` from lm-eval (``dataset=``, ``split=``, ``negatives=``; see
+            :func:`load_icwbench`).
+    """
     return load_icwbench("tsp", **metadata)
 
 
 def load_wip(**metadata: Any) -> dict[str, Any]:
-    """``custom_dataset`` of ``icwbench_wip``."""
+    """``custom_dataset`` of ``icwbench_wip``.
+
+    Args:
+        **metadata: the task's ``metadata`` from lm-eval (``dataset=``, ``split=``, ``negatives=``; see
+            :func:`load_icwbench`).
+    """
     return load_icwbench("wip", **metadata)
 
 
 def load_sa(**metadata: Any) -> dict[str, Any]:
-    """``custom_dataset`` of ``icwbench_sa``."""
+    """``custom_dataset`` of ``icwbench_sa``.
+
+    Args:
+        **metadata: the task's ``metadata`` from lm-eval (``dataset=``, ``split=``, ``negatives=``; see
+            :func:`load_icwbench`).
+    """
     return load_icwbench("sa", **metadata)
 
 
 def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, list[Any]]:
     """Verify one answer under its row's key; every metric gets ``[is_positive, z, p, verdict]``.
+
+    Args:
+        doc (`dict`): the task document (its ``key`` and ``role``).
+        results (`list[str]`): the model's answer (one string).
 
     Example:
         >>> from icw import ICWKey
@@ -118,22 +137,42 @@ def _mean(values: list[float]) -> float:
 
 
 def mean_z(items: list[list[Any]]) -> float:
-    """Mean z of the instructed answers."""
+    """Mean z of the instructed answers.
+
+    Args:
+        items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
+            :func:`process_results` makes them.
+    """
     return _mean(_values(items, True, 1))
 
 
 def mean_z_plain(items: list[list[Any]]) -> float:
-    """Mean z of the plain answers."""
+    """Mean z of the plain answers.
+
+    Args:
+        items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
+            :func:`process_results` makes them.
+    """
     return _mean(_values(items, False, 1))
 
 
 def detection_rate(items: list[list[Any]]) -> float:
-    """Fraction of instructed answers detected at alpha = 0.01 (exact p-value)."""
+    """Fraction of instructed answers detected at alpha = 0.01 (exact p-value).
+
+    Args:
+        items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
+            :func:`process_results` makes them.
+    """
     return _mean(_values(items, True, 3))
 
 
 def false_positive_rate(items: list[list[Any]]) -> float:
-    """Fraction of plain answers flagged at alpha = 0.01 (expected at most 0.01 under the null)."""
+    """Fraction of plain answers flagged at alpha = 0.01 (expected at most 0.01 under the null).
+
+    Args:
+        items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
+            :func:`process_results` makes them.
+    """
     return _mean(_values(items, False, 3))
 
 
@@ -148,12 +187,22 @@ def _detection(items: list[list[Any]]) -> Any:
 
 
 def roc_auc(items: list[list[Any]]) -> float:
-    """ROC-AUC of instructed vs plain answers ranked by z."""
+    """ROC-AUC of instructed vs plain answers ranked by z.
+
+    Args:
+        items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
+            :func:`process_results` makes them.
+    """
     report = _detection(items)
     return report.roc_auc if report else math.nan
 
 
 def tpr_at_fpr(items: list[list[Any]]) -> float:
-    """TPR of instructed answers at 1% FPR of plain answers (z threshold)."""
+    """TPR of instructed answers at 1% FPR of plain answers (z threshold).
+
+    Args:
+        items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
+            :func:`process_results` makes them.
+    """
     report = _detection(items)
     return report.tpr_at_fpr if report else math.nan

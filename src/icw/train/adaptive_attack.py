@@ -95,7 +95,14 @@ class EvasionReward:
 def read_positives(path: str | Path, families: Sequence[str] = FAMILIES, max_samples: int | None = 100,
                    seed: int = 0) -> list[dict[str, Any]]:
     """Unattacked, scored positives of an ``icw bench run`` folder (or its ``responses.jsonl``):
-    ``[{"key", "family", "source"}]``, at most ``max_samples`` drawn at random (seeded)."""
+    ``[{"key", "family", "source"}]``, at most ``max_samples`` drawn at random (seeded).
+
+    Args:
+        path (`str` or `Path`): an ``icw bench run`` folder or its ``responses.jsonl``.
+        families (`Sequence[str]`, defaults to all three): keep only these families.
+        max_samples (`int`, *optional*, defaults to 100): at most this many positives (``None``: all).
+        seed (`int`, defaults to 0): seed of the random draw.
+    """
     import numpy as np
 
     path = Path(path)
@@ -118,7 +125,12 @@ def read_positives(path: str | Path, families: Sequence[str] = FAMILIES, max_sam
 
 
 def attack_dataset(rows: list[dict[str, Any]], prompt: str = PARAPHRASE_PROMPT) -> Any:
-    """GRPO prompts: a conversational ``prompt`` (the paraphrase request around ``source``), ``key``, ``source``."""
+    """GRPO prompts: a conversational ``prompt`` (the paraphrase request around ``source``), ``key``, ``source``.
+
+    Args:
+        rows (`list[dict]`): the positives :func:`read_positives` returns.
+        prompt (`str`, *optional*): the paraphrase request; ``{text}`` is replaced by the source.
+    """
     import datasets
 
     return datasets.Dataset.from_list([{**r, "prompt": [{"role": "user", "content": prompt.replace("{text}", r["source"])}]}
@@ -127,7 +139,19 @@ def attack_dataset(rows: list[dict[str, Any]], prompt: str = PARAPHRASE_PROMPT) 
 
 @dataclass
 class AdaptiveAttackArguments:
-    """What the attacker trains on and its reward, parsed beside trl's ``GRPOConfig`` and ``ModelConfig``."""
+    """What the attacker trains on and its reward, parsed beside trl's ``GRPOConfig`` and ``ModelConfig``.
+
+    Args:
+        positives (`str`, *optional*): an `icw bench run` folder (or its ``responses.jsonl``) whose
+            watermarked positives the attacker rewrites.
+        families (`list[str]`, defaults to ``['tsp', 'wip', 'sa']``): families to attack.
+        max_samples (`int`, defaults to ``100``): watermarked answers granted to the attacker (paper: 100).
+        alpha (`float`, defaults to ``0.01``): detection level to evade (0.01: the 1%-FPR threshold).
+        utility_weight (`float`, defaults to ``1.0``): reward weight of the chrF utility.
+        evasion_bonus (`float`, defaults to ``1.0``): reward of a rewrite with p > alpha (no longer
+            detected).
+        z_penalty (`float`, defaults to ``0.1``): penalty per unit of positive z.
+    """
 
     positives: str = field(default=None, metadata={
         "help": "an `icw bench run` folder (or its responses.jsonl) whose watermarked positives the attacker rewrites"})

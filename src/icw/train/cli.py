@@ -54,6 +54,7 @@ class _PassThroughParser(argparse.ArgumentParser):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add this command group to the ``icw`` CLI's subparsers."""
     train = sub.add_parser("train", help="cold-start synthesis, SDLP, GRPO and SFT training")
     train_sub = train.add_subparsers(dest="train_command", required=True, parser_class=_PassThroughParser)
     for name, (_, text) in RECIPES.items():

@@ -15,7 +15,14 @@ import torch
 
 
 def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "train", label: int | None = None) -> Any:
-    """Load ``D_cs``: a folder written by :func:`synthesize`, a parquet file, or a Hub dataset id."""
+    """Load ``D_cs``: a folder written by :func:`synthesize`, a parquet file, or a Hub dataset id.
+
+    Args:
+        name (`str`): a ``D_cs`` folder, a parquet file or a Hub dataset id.
+        families (`Sequence[str]`, *optional*): keep only these families (default: all).
+        split (`str`, defaults to ``"train"``): the split to read from a Hub dataset.
+        label (`int`, *optional*): keep only ``D_H1`` (1) or ``D_H0`` (0) rows (default: both).
+    """
     from datasets import Dataset, load_dataset
 
     path = Path(name)
@@ -39,7 +46,17 @@ def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "tra
 
 @dataclass
 class DCSArguments:
-    """Which cold-start data a training recipe reads (``recipes/sdlp.py``, ``grpo.py``, ``sft.py``)."""
+    """Which cold-start data a training recipe reads (``recipes/sdlp.py``, ``grpo.py``, ``sft.py``).
+
+    Parameters:
+        dataset_name (`str`, defaults to ``"data/dcs"``): ``D_cs``: a folder written by ``icw train synthesize``,
+            a parquet file, or a Hub dataset id.
+        dataset_split (`str`, defaults to ``"train"``): the split to read when ``dataset_name`` is a Hub id.
+        families (`list[str]`, *optional*): keep only these families (default: all).
+        max_rows (`int`, *optional*): use at most this many rows (after shuffling).
+        model_card_results (`str`, *optional*): ``results.json`` of ``icw bench report`` for the trained
+            model; the output folder then gets a model card built from it.
+    """
 
     dataset_name: str = field(
         default="data/dcs", metadata={"help": "D_cs: a folder written by `icw train synthesize`, a parquet file, "
@@ -58,7 +75,11 @@ class DCSArguments:
 
 
 def load_policy(model_args: Any) -> tuple[Any, Any]:
-    """(model, tokenizer) for a trl ``ModelConfig``: ``smollm2`` is the embedded model, else a folder or Hub id."""
+    """(model, tokenizer) for a trl ``ModelConfig``: ``smollm2`` is the embedded model, else a folder or Hub id.
+
+    Args:
+        model_args (`trl.ModelConfig`): names the model (``model_name_or_path``) and its loading options.
+    """
     from ..models import load_model
 
     if not model_args.model_name_or_path:
@@ -73,6 +94,13 @@ def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_mo
     """Save the model and tokenizer; write the ICWBench model card when results are given; push if asked.
 
     ``Trainer.push_to_hub`` writes its own README, so the ICWBench card is uploaded after it.
+
+    Args:
+        trainer (`transformers.Trainer`): the trained trainer; its ``args`` give the output folder and Hub
+            options.
+        tokenizer: the tokenizer saved next to the model.
+        data_args (`DCSArguments`): the data the model was trained on (and ``model_card_results``).
+        base_model (`str`, *optional*): the base model's id, recorded in the model card.
     """
     out = trainer.args.output_dir
     trainer.save_model(out)
@@ -84,6 +112,9 @@ def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_mo
 
             write_model_card(data_args.model_card_results, out, base_model=base_model,
                              adapter="peft/lora" if adapter else None)
+        what = "adapter" if adapter else "model"
+        print(f"saved the {what} and tokenizer to {Path(out).resolve()}"
+              + (" with the ICWBench model card (README.md)" if data_args.model_card_results else ""))
     if trainer.args.push_to_hub:
         trainer.push_to_hub()
         if data_args.model_card_results and trainer.is_world_process_zero():
@@ -92,3 +123,5 @@ def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_mo
             HfApi(token=trainer.args.hub_token).upload_folder(
                 repo_id=trainer.hub_model_id, folder_path=out, allow_patterns=["README.md", ".eval_results/*"],
                 commit_message="ICWBench model card")
+        if trainer.is_world_process_zero():
+            print(f"pushed to https://huggingface.co/{trainer.hub_model_id}")

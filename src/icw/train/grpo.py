@@ -189,7 +189,14 @@ class ICWRewardArguments:
 
 
 def grpo_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> Any:
-    """``D_H1`` rows as GRPO prompts: a conversational ``prompt`` (instruction + query) and the ``key``."""
+    """``D_H1`` rows as GRPO prompts: a conversational ``prompt`` (instruction + query) and the ``key``.
+
+    Args:
+        dataset: ``D_H1`` rows of ``D_cs`` (a ``datasets.Dataset`` with ``query`` and ``key`` columns).
+        tokenizer: renders a TSP key's green list in the instruction.
+        template (`str`, *optional*): a custom instruction template (see :func:`icw.templates.template_for`;
+            ``None``: the paper's).
+    """
     if "key" not in dataset.column_names:
         raise ValueError("the GRPO dataset needs a 'key' column: build it with `icw train synthesize`")
 

@@ -45,7 +45,16 @@ _MEANING = {"A": "prompt key = generating key, scored on its green set",
 
 @dataclass
 class ProbeStat:
-    """One condition of the probe: mean lift over rows with its standard error."""
+    """One condition of the probe: mean lift over rows with its standard error.
+
+    Args:
+        condition (`str`): the probe condition's name.
+        mean (`float`): mean lift over rows.
+        stderr (`float`): its standard error over rows.
+        num_rows (`int`): rows averaged.
+        num_positions (`int`): scored positions in all rows.
+        meaning (`str`, defaults to ``""``): what the condition shows, in words.
+    """
 
     condition: str
     mean: float
@@ -57,7 +66,14 @@ class ProbeStat:
 
 @dataclass
 class KeySwapProbeReport:
-    """The four conditions of :func:`key_swap_probe` plus what the numbers are."""
+    """The four conditions of :func:`key_swap_probe` plus what the numbers are.
+
+    Args:
+        family (`str`): the family probed.
+        stats (`dict[str, ProbeStat]`): one :class:`ProbeStat` per condition.
+        statistic (`str`, *optional*): what the lift measures, in words.
+        per_row (`dict[str, list[float]]`, *optional*): each condition's per-row lifts.
+    """
 
     family: str
     stats: dict[str, ProbeStat]
@@ -81,7 +97,13 @@ class KeySwapProbeReport:
 
 
 def other_key(key: ICWKey, tokenizer: Any, index: int) -> ICWKey:
-    """A held-out key of ``key``'s family and parameters, different from ``key`` (seed ``PROBE_SEED_OFFSET + index``)."""
+    """A held-out key of ``key``'s family and parameters, different from ``key`` (seed ``PROBE_SEED_OFFSET + index``).
+
+    Args:
+        key (`ICWKey`): the row's own key.
+        tokenizer: the tokenizer TSP/WIP keys are built for.
+        index (`int`): the row index (picks the seed).
+    """
     seed = PROBE_SEED_OFFSET + index
     while True:
         candidate = ICWKey.create(key.family, seed, tokenizer, **_params(key))
@@ -150,8 +172,9 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         A :class:`KeySwapProbeReport` with conditions ``A``, ``B``, ``C`` and ``plain``.
 
     Example:
+        >>> from icw.models import load_tokenizer
         >>> from icw.testing import tiny_random_model
-        >>> model, tok = tiny_random_model()
+        >>> model, tok = tiny_random_model(), load_tokenizer("qwen3")
         >>> key = ICWKey.create("wip", seed=1, tokenizer=tok)
         >>> rows = [{"query": "Why is the sky blue?", "key": key.to_string(),
         ...          "response": "Because sunlight scatters off small molecules in the air."}]
@@ -230,7 +253,14 @@ def _reference(model: Any, base_model: Any) -> Any:
 
 # ----------------------------------------------------------------------------------- CLI
 def probe_rows(dataset_name: str, family: str, num_rows: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``num_rows`` D_H1 rows of ``family`` from a ``D_cs`` folder or parquet file."""
+    """``num_rows`` D_H1 rows of ``family`` from a ``D_cs`` folder or parquet file.
+
+    Args:
+        dataset_name (`str`): a ``D_cs`` folder or parquet file.
+        family (`str`): the family to probe.
+        num_rows (`int`): rows to return.
+        seed (`int`, defaults to 0): seed of the row shuffle.
+    """
     from .common import load_dcs
 
     ds = load_dcs(dataset_name, [family], label=1).shuffle(seed=seed)

@@ -115,6 +115,15 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, template: str | None = Non
     (instruction + query, or the query alone on ``D_H0`` rows) and response + EOS.
 
     Prompt and response are tokenized separately so both sides share the response ids exactly.
+
+    Args:
+        row (`dict`): one ``D_cs`` row (family, key, query, response, label).
+        tokenizer: the policy's tokenizer.
+        template (`str`, *optional*): a custom instruction template (see :func:`icw.templates.template_for`;
+            ``None``: the paper's).
+        max_response_length (`int`, defaults to 1024): responses are cut to this many tokens (EOS included).
+        max_prompt_length (`int`, *optional*): the longest student prompt; a longer one is an error naming
+            the row.
     """
     query, key_text = row["query"], row.get("key") or ""
     watermarked = bool(row.get("label", 1)) and bool(key_text)
@@ -135,7 +144,17 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, template: str | None = Non
 
 def tokenize_dataset(dataset: Any, tokenizer: Any, template: str | None = None, max_response_length: int = 1024,
                      max_prompt_length: int | None = None) -> Any:
-    """:func:`tokenize_row` over a ``datasets.Dataset`` of ``D_cs`` (columns family, key, query, response, label)."""
+    """:func:`tokenize_row` over a ``datasets.Dataset`` of ``D_cs`` (columns family, key, query, response, label).
+
+    Args:
+        dataset: ``D_cs`` (a ``datasets.Dataset``).
+        tokenizer: the policy's tokenizer.
+        template (`str`, *optional*): a custom instruction template (see :func:`icw.templates.template_for`;
+            ``None``: the paper's).
+        max_response_length (`int`, defaults to 1024): responses are cut to this many tokens (EOS included).
+        max_prompt_length (`int`, *optional*): the longest student prompt; a longer one is an error naming
+            the row.
+    """
     missing = {"family", "query", "response"} - set(dataset.column_names)
     if missing:
         raise ValueError(f"the SDLP dataset lacks column(s) {sorted(missing)}: build it with `icw train synthesize`")
@@ -154,6 +173,12 @@ class SDLPCollator:
     token ``t``; ``response_mask`` ``(B, T)``; the perturbation as a boolean table ``bias_rows``
     ``(M, V)`` with strengths ``bias_values`` ``(M,)`` and ``bias_index`` ``(B, T)`` (row 0 is
     all False: no bias); ``top_k`` ``(B,)`` (0: full vocabulary).
+
+    Args:
+        tokenizer: the tokenizer (its pad id pads the sequences).
+        vocab_size (`int`): the model's logit width ``V`` (may exceed the tokenizer's size).
+        config (`SDLPConfig`, *optional*): gives the training deltas and top-k (``None``: a default
+            :class:`SDLPConfig`).
     """
 
     def __init__(self, tokenizer: Any, vocab_size: int, config: SDLPConfig | None = None) -> None:
@@ -313,6 +338,9 @@ class SDLPTrainer(Trainer):
         processing_class: the tokenizer.
         peft_config: a ``peft`` config; the teacher is then the model with its adapter disabled.
         teacher_model: an explicit frozen teacher (default: the base model itself).
+        eval_dataset: ``D_cs`` rows to evaluate the loss on, prepared like ``train_dataset``.
+        callbacks: ``transformers`` ``TrainerCallback`` objects.
+        **kwargs: passed to ``transformers.Trainer``.
 
     Example:
         One step on two rows of ``D_cs`` (a watermarked ``D_H1`` row and a plain ``D_H0`` row) with a
@@ -437,7 +465,15 @@ def check_families(families: Sequence[str]) -> None:
 def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any, delta: float | None = None,
                   vocab_size: int | None = None) -> torch.Tensor:
     """``Delta_t`` for every position of a response as a dense ``(T, V)`` tensor (for inspection
-    and tests; the trainer keeps it compact)."""
+    and tests; the trainer keeps it compact).
+
+    Args:
+        key (`ICWKey` or `str`): the row's key.
+        response_ids (`Sequence[int]`): the response's token ids.
+        tokenizer: the tokenizer of the ids.
+        delta (`float`, *optional*): bias strength (default: the family's training delta).
+        vocab_size (`int`, *optional*): the tensor's width ``V`` (default: the tokenizer's vocabulary size).
+    """
     key = as_key(key)
     view = key.check_tokenizer(tokenizer) if key.family != "sa" else vocabulary(tokenizer)
     delta = TRAIN_DELTA[key.family] if delta is None else float(delta)

@@ -43,7 +43,14 @@ class SFTDataArguments:
 
 
 def sft_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> Any:
-    """Prompt-completion rows: instruction + query -> the D_H1 response (D_H0: query -> response)."""
+    """Prompt-completion rows: instruction + query -> the D_H1 response (D_H0: query -> response).
+
+    Args:
+        dataset: ``D_cs`` (a ``datasets.Dataset``).
+        tokenizer: renders a TSP key's green list in the instruction.
+        template (`str`, *optional*): a custom instruction template (see :func:`icw.templates.template_for`;
+            ``None``: the paper's).
+    """
 
     def convert(row: dict[str, Any]) -> dict[str, Any]:
         watermarked = bool(row["label"]) and bool(row["key"])

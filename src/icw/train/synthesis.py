@@ -31,7 +31,7 @@ from ..generation import generate_responses
 from ..jsonl import JSONLError, append_jsonl, iter_jsonl
 from ..keys import DEFAULT_DELTA, FAMILIES, TRAIN_SEED_START, ICWKey
 from ..perplexity import perplexities
-from ..questions import read_questions
+from ..questions import bundled_questions, check_not_test_questions, read_questions
 from ..verification import verify
 
 #: First seed of the training key pool (:data:`icw.keys.TRAIN_SEED_START`; evaluation keys use smaller seeds).
@@ -40,7 +40,53 @@ TRAIN_SEED_OFFSET = TRAIN_SEED_START
 
 @dataclass
 class SynthesisConfig:
-    """Configuration of the cold-start synthesis (``recipes/synthesize.py``, ``icw train synthesize``)."""
+    """Configuration of the cold-start synthesis (``recipes/synthesize.py``, ``icw train synthesize``).
+
+    Args:
+        model_name_or_path (`str`, defaults to ``'smollm2'``): Base model: 'smollm2' (embedded, offline), a
+            local folder or a Hub id.
+        output_dir (`str`, defaults to ``'data/dcs'``): Folder for rows.jsonl, data.parquet and stats.json.
+        families (`list[str]`, defaults to ``['tsp', 'wip', 'sa']``): Families to synthesize.
+        queries_file (`str`, *optional*): Training queries: a text file (one per line) or JSON Lines with a
+            'question', 'query' or 'title' field. With neither this nor dataset_name: the 115 bundled train
+            questions (offline). Checked against ICWBench's test questions.
+        dataset_name (`str`, *optional*): Hub dataset of queries when no queries_file is given (e.g.
+            vblagoje/lfqa).
+        dataset_split (`str`, defaults to ``'train'``): Split of dataset_name to draw queries from.
+        query_column (`str`, defaults to ``'title'``): Column of dataset_name holding the question.
+        num_h1 (`list[int]`, defaults to ``[100]``): D_H1 rows: one count for every family, or one per
+            family in `families` order (paper: 3379 TSP, 1865 WIP, 2906 SA).
+        num_h0 (`list[int]`, defaults to ``[50]``): D_H0 rows: one count, or one per family (paper: 1000
+            TSP, 800 WIP, 800 SA).
+        seed_offset (`int`, defaults to ``1000000``): First key seed of the training pool.
+        key_seed (`int`, *optional*): Use this one key seed for every row (a fixed-key experiment, where the
+            student only has to learn an unconditional bias); default: a key per row.
+        gammas (`list[float]`, defaults to ``[0.1, 0.2, 0.3]``): TSP green fractions drawn per row (paper:
+            0.1, 0.2, 0.3).
+        pool_size (`int`, *optional*): TSP candidate pool size (None: all of V_en); small-context models
+            need it.
+        num_letters (`int`, defaults to ``13``): WIP green letters per key (paper: 13 of 26).
+        sa_lengths (`list[int]`, defaults to ``[18, 19, 20]``): SA secret lengths drawn per row (paper:
+            18-20).
+        delta_tsp (`float`, defaults to ``3.0``): Synthesis bias for TSP (paper: 3.0).
+        delta_wip (`float`, defaults to ``3.0``): Synthesis bias for WIP (paper: 3.0).
+        delta_sa (`float`, defaults to ``8.0``): Synthesis bias for SA (reference implementation: 8.0; the
+            paper does not state it).
+        max_new_tokens (`int`, defaults to ``600``): Answer length cap (paper: 600).
+        batch_size (`int`, defaults to ``8``): Prompts per generate() call.
+        temperature (`float`, defaults to ``0.7``): Sampling temperature.
+        delta_in_tempered_logits (`bool`, defaults to ``True``): transformers applies logits processors
+            before the temperature, so a bias delta sampled at temperature T shifts the tempered logits by
+            delta / T (3 / 0.7 = 4.3). True passes delta * T to the processor, so the sampled distribution
+            is softmax(l / T + delta): the same log-odds shift delta that the SDLP teacher adds and the
+            paper's softmax(l + Delta) states. False keeps the earlier behaviour.
+        top_p (`float`, defaults to ``0.95``): Nucleus sampling threshold.
+        seed (`int`, defaults to ``0``): Seed of the query shuffle and of sampling.
+        dtype (`str`, *optional*): Model dtype (e.g. bfloat16); default: the checkpoint's.
+        device (`str`, *optional*): Device (cpu, cuda); default: cuda when available.
+        perplexity (`bool`, defaults to ``True``): Also compute each answer's perplexity under the base
+            model.
+    """
 
     model_name_or_path: str = field(
         default="smollm2", metadata={"help": "Base model: 'smollm2' (embedded, offline), a local folder or a Hub id."})
@@ -48,7 +94,8 @@ class SynthesisConfig:
     families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": "Families to synthesize."})
     queries_file: str | None = field(
         default=None, metadata={"help": "Training queries: a text file (one per line) or JSON Lines with a 'question', "
-                                        "'query' or 'title' field. Must be disjoint from the evaluation queries."})
+                                        "'query' or 'title' field. With neither this nor dataset_name: the 115 bundled "
+                                        "train questions (offline). Checked against ICWBench's test questions."})
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub dataset of queries when no queries_file is given (e.g. vblagoje/lfqa)."})
     dataset_split: str = field(default="train", metadata={"help": "Split of dataset_name to draw queries from."})
@@ -118,7 +165,15 @@ def main(script_args: SynthesisConfig) -> Any:
 
 
 def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig) -> ICWKey:
-    """A training key with its per-row parameters drawn from ``seed`` (the paper's Appendix C table)."""
+    """A training key with its per-row parameters drawn from ``seed`` (the paper's Appendix C table).
+
+    Args:
+        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
+        seed (`int`): the row's key seed.
+        tokenizer: the tokenizer TSP/WIP keys are built for.
+        config (`SynthesisConfig`): gives the parameter ranges (``gammas``, ``num_letters``, ``sa_lengths``,
+            ``pool_size``).
+    """
     rng = np.random.default_rng([seed, 7])
     if family == "tsp":
         return ICWKey.create("tsp", seed, tokenizer, gamma=float(rng.choice(config.gammas)), pool_size=config.pool_size)
@@ -128,15 +183,23 @@ def training_key(family: str, seed: int, tokenizer: Any, config: SynthesisConfig
 
 
 def read_queries(config: SynthesisConfig) -> list[str]:
-    """Training queries from ``queries_file`` or, online, from ``dataset_name``."""
+    """Training queries from ``queries_file``, online from ``dataset_name``, or else the bundled
+    ``train`` questions (offline). Any query that is an ICWBench test question is an error.
+
+    Args:
+        config (`SynthesisConfig`): names the query source.
+    """
     if config.queries_file:
-        return [question for question, _ in read_questions(config.queries_file)]
-    if config.dataset_name:
+        queries, source = [q for q, _ in read_questions(config.queries_file)], f"queries_file {config.queries_file}"
+    elif config.dataset_name:
         from datasets import load_dataset
 
         ds = load_dataset(config.dataset_name, split=config.dataset_split)
-        return [str(q) for q in ds[config.query_column]]
-    raise ValueError("no training queries: set queries_file (a text or JSON Lines file) or dataset_name")
+        queries, source = [str(q) for q in ds[config.query_column]], f"dataset {config.dataset_name}[{config.dataset_split}]"
+    else:
+        return [q for q, _ in bundled_questions("train")]  # disjoint from the test questions by construction
+    check_not_test_questions(queries, source)
+    return queries
 
 
 def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]]:
@@ -146,6 +209,10 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
     rows asked for, so no ``D_H0`` query is also a ``D_H1`` query (a shared query would give the
     student the same answer context with and without the bias). Within a part queries are not
     reused while they last; then they are reused with other keys, with a warning.
+
+    Args:
+        config (`SynthesisConfig`): gives the families, row counts and seeds.
+        queries (`Sequence[str]`): the training queries.
     """
     for family in config.families:
         if family not in FAMILIES:
@@ -179,7 +246,11 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
 
 
 def statistics(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The paper's cold-start table: size, mean z and mean perplexity per family and split."""
+    """The paper's cold-start table: size, mean z and mean perplexity per family and split.
+
+    Args:
+        rows (`Sequence[dict]`): the synthesized rows (with ``z_score`` and optional ``perplexity``).
+    """
     table = []
     for family in FAMILIES:
         entry: dict[str, Any] = {"family": family}
@@ -195,6 +266,11 @@ def statistics(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def format_statistics(table: Sequence[dict[str, Any]]) -> str:
+    """The cold-start table of :func:`statistics` as markdown.
+
+    Args:
+        table (`Sequence[dict]`): the rows :func:`statistics` returns.
+    """
     lines = ["| Family | |D_H1| | |D_H0| | mean z H1 | mean z H0 | PPL H1 | PPL H0 |", "|---|---|---|---|---|---|---|"]
     for e in table:
         lines.append(f"| {e['family'].upper()} | {e['size_h1']} | {e['size_h0']} | {e['mean_z_h1']:.2f} | "
@@ -213,18 +289,26 @@ def _load(config: SynthesisConfig) -> tuple[Any, Any]:
 def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None,
                queries: Sequence[str] | None = None) -> Any:
     """Generate ``D_cs`` into ``config.output_dir`` (resuming from ``rows.jsonl``) and return it as a
-    ``datasets.Dataset``; prints the statistics table."""
+    ``datasets.Dataset``; prints the statistics table.
+
+    Args:
+        config (`SynthesisConfig`): what to generate and where.
+        model (*optional*): a loaded model (``None``: load ``config.model_name_or_path``).
+        tokenizer (*optional*): its tokenizer (``None``: loaded with the model).
+        queries (`Sequence[str]`, *optional*): the training queries (``None``: :func:`read_queries`).
+    """
     from accelerate import PartialState
     from datasets import Dataset
 
     state = PartialState()  # under `accelerate launch` each process takes every world_size-th row
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # the queries (and their overlap with ICWBench's test questions) are checked before the model loads
+    items = plan(config, read_queries(config) if queries is None else list(queries))
     if model is None or tokenizer is None:
         if config.device is None and state.num_processes > 1:
             config.device = str(state.device)
         model, tokenizer = _load(config)
-    items = plan(config, read_queries(config) if queries is None else list(queries))
     log = out / ("rows.jsonl" if state.num_processes == 1 else f"rows.{state.process_index}.jsonl")
     done = _read_logs(out)
     todo = [it for it in items if it["id"] not in done][state.process_index :: state.num_processes]
@@ -272,6 +356,7 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
     table = statistics(rows)
     (out / "stats.json").write_text(json.dumps(table, indent=2))
     print(format_statistics(table))
+    print(f"saved D_cs ({len(rows)} rows) to {out / 'data.parquet'} (statistics: {out / 'stats.json'})")
     return dataset
 
 

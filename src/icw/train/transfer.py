@@ -25,6 +25,13 @@ def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, nu
     """The fresh training key of row ``index``: same family and parameters (TSP gamma and pool, WIP
     letter count, SA length) as ``key``, material drawn from an independent seed.
 
+    Args:
+        key (`ICWKey` or `str`): the key the row was written with.
+        tokenizer: the tokenizer TSP/WIP keys are built for (``None`` for SA).
+        index (`int`): the row's index.
+        seed (`int`, defaults to 0): seed of the relabelling (a different seed gives different keys).
+        num_keys (`int`, defaults to 0): draw from a pool of this many keys (0: a fresh key per row).
+
     Example:
         >>> old = ICWKey.create("sa", seed=1_000_003, length=19)
         >>> new = relabel_key(old, None, index=3)
@@ -41,7 +48,14 @@ def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, nu
 
 def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0) -> Any:
     """``D_cs`` with every ``D_H1`` key replaced by :func:`relabel_key` (the writing key is kept in
-    ``generating_key``); ``D_H0`` rows are unchanged."""
+    ``generating_key``); ``D_H0`` rows are unchanged.
+
+    Args:
+        dataset: ``D_cs`` (a ``datasets.Dataset``).
+        tokenizer: the tokenizer TSP/WIP keys are built for.
+        seed (`int`, defaults to 0): seed of the relabelling.
+        num_keys (`int`, defaults to 0): draw from a pool of this many keys (0: a fresh key per row).
+    """
 
     def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
         old = row.get("key") or ""
@@ -54,7 +68,11 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0)
 
 class Rows:
     """The batch's rows (keys and prompt ids) riding along in the batch for on-policy resampling; an
-    opaque object, so Trainer and accelerate pass it through instead of walking its lists."""
+    opaque object, so Trainer and accelerate pass it through instead of walking its lists.
+
+    Args:
+        rows (`list[dict]`): the batch's ``D_cs`` rows.
+    """
 
     __slots__ = ("rows",)
 
@@ -66,7 +84,13 @@ class Rows:
 def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
     """The same rows with responses sampled by the student from its own prompt (``transformers``
     ``generate``), re-collated: the teacher then scores the student's own tokens, its ``Delta_t``
-    (WIP/TSP mask, SA replay) follows them, and nothing of the off-policy answer remains."""
+    (WIP/TSP mask, SA replay) follows them, and nothing of the off-policy answer remains.
+
+    Args:
+        trainer (`SDLPTrainer`): gives the tokenizer, collator and generation settings.
+        model: the student that samples the responses.
+        inputs (`dict`): a collated batch carrying its :class:`Rows` under ``"rows"``.
+    """
     rows = inputs["rows"].rows
     tok = trainer.processing_class
     prompts = [list(r["student_prompt_ids"]) for r in rows]

@@ -8,4 +8,4 @@ import icw.evaluate_metrics
 
 
 class IcwDetection(icw.evaluate_metrics.DetectionMetric):
-    pass
+    """The ``icw_detection`` metric: ROC-AUC and TPR at a fixed FPR, with bootstrap intervals."""

@@ -9,4 +9,6 @@ import icw.evaluate_metrics
 
 
 class IcwSa(icw.evaluate_metrics.VerificationMetric):
+    """The ``icw_sa`` metric: verification of texts against Sentence Acrostic (SA) keys."""
+
     family = "sa"

@@ -9,4 +9,6 @@ import icw.evaluate_metrics
 
 
 class IcwTsp(icw.evaluate_metrics.VerificationMetric):
+    """The ``icw_tsp`` metric: verification of texts against Token-Set Preference (TSP) keys."""
+
     family = "tsp"

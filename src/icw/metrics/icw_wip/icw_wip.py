@@ -9,4 +9,6 @@ import icw.evaluate_metrics
 
 
 class IcwWip(icw.evaluate_metrics.VerificationMetric):
+    """The ``icw_wip`` metric: verification of texts against Word-Initial Preference (WIP) keys."""
+
     family = "wip"
