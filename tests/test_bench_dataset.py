@@ -165,3 +165,16 @@ def test_push_dry_run(bench, capsys):
         assert f"would push config {family} (test: 6 rows, train: 5 rows) -> datasets/my-org/ICWBench" in out
     assert "README.md -> datasets/my-org/ICWBench/README.md" in out
     assert cli_main(["bench", "push", str(bench), "--repo-id", "no-slash", "--dry-run"]) == 2
+
+
+def test_a_folder_rebuilt_at_the_same_path_is_read_anew(tmp_path):
+    """datasets caches a local folder by name and layout: the runner must read the new build, not the old."""
+    from icw.bench.runner import load_family
+
+    out = tmp_path / "bench"
+    sizes = []
+    for num_test in (3, 5):
+        assert cli_main(["bench", "build", "--out", str(out), "--num-test", str(num_test), "--num-train", "2",
+                         "--families", "sa", "--quiet"]) == 0
+        sizes.append(len(load_family(str(out), "sa")))
+    assert sizes == [3, 5]

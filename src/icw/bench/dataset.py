@@ -96,6 +96,23 @@ class BenchBuildConfig:
 
 
 # --------------------------------------------------------------------------- queries
+def load_config(source: str | Path, family: str, split: str | None = None) -> Any:
+    """One family's config of ICWBench: a folder written by :func:`build`, or a Hub id.
+
+    ``datasets`` caches a local folder by its name and layout, not its content, so a folder rebuilt
+    at the same path would be read from the old build's cache: a local folder is re-read every time.
+
+    Args:
+        source (`str` or `Path`): an ICWBench folder or a Hub dataset id.
+        family (`str`): the config to read (``tsp``, ``wip`` or ``sa``).
+        split (`str`, *optional*): one split; by default the ``DatasetDict`` of all splits.
+    """
+    import datasets
+
+    fresh = {"download_mode": "force_redownload", "verification_mode": "no_checks"} if Path(source).is_dir() else {}
+    return datasets.load_dataset(str(source), family, split=split, **fresh)
+
+
 def lfqa_queries(num_test: int, num_train: int, seed: int = 0,
                  dataset_id: str = LFQA_ID) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Test queries sampled from LFQA's test split (topped up from validation), train from its train split.
@@ -402,7 +419,7 @@ def push(folder: str | Path, repo_id: str, dry_run: bool = False, private: bool 
         raise ValueError(f"--repo-id must look like ORG/NAME, got {repo_id!r}")
     plan = []
     for family in datasets.get_dataset_config_names(str(folder)):
-        dd = datasets.load_dataset(str(folder), family)
+        dd = load_config(folder, family)
         plan.append({"config": family, "repo_id": repo_id,
                      "splits": {split: ds.num_rows for split, ds in dd.items()}, "dataset": dd})
     if not dry_run:

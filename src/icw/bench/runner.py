@@ -151,6 +151,8 @@ def load_family(dataset: str, family: str, split: str = "test", limit: int | Non
     """
     import datasets
 
+    from .dataset import load_config
+
     try:
         configs = datasets.get_dataset_config_names(dataset)
     except FileNotFoundError:
@@ -162,7 +164,7 @@ def load_family(dataset: str, family: str, split: str = "test", limit: int | Non
         raise ValueError(f"family {family!r} is not in dataset {dataset!r}, which has configs {configs}; "
                          f"choose --families from those")
     try:
-        ds = datasets.load_dataset(dataset, family, split=split)
+        ds = load_config(dataset, family, split)
     except ValueError as err:
         raise ValueError(f"dataset {dataset!r} ({family}) has no split {split!r}: {err}") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]

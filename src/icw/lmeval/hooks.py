@@ -28,7 +28,6 @@ and the aggregations report, over the task's documents:
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 from icw.verification import verify
@@ -52,15 +51,11 @@ def load_icwbench(family: str, dataset: str | None = None, split: str = "test", 
     """
     import datasets
 
-    from icw.bench.dataset import ICWBENCH_ID
+    from icw.bench.dataset import ICWBENCH_ID, load_config
 
     source = dataset or ICWBENCH_ID
-    # datasets keys its cache of a local folder by the folder's name and layout, not its content:
-    # a rebuilt (or another) folder of the same name would be read stale (or fail the recorded sizes'
-    # check), so a local folder is re-read every time
-    local = {"download_mode": "force_redownload", "verification_mode": "no_checks"} if os.path.isdir(source) else {}
     try:
-        rows = datasets.load_dataset(source, family, split=split, **local)
+        rows = load_config(source, family, split)  # a local folder is re-read, never taken from a stale cache
     except Exception as err:  # noqa: BLE001 - datasets raises many types; say what to pass instead
         raise ValueError(f"icwbench_{family}: cannot read config {family!r}, split {split!r} of {source!r} ({err}); "
                          "build the dataset offline with `icw bench build --out DIR` and pass "
