@@ -101,7 +101,7 @@ def test_sa_tracked_letters_equal_the_extractor(smollm2, prompts):
     model, tok = smollm2
     tok.padding_side = "left"
     enc = tok(prompts[:4], return_tensors="pt", padding=True, add_special_tokens=False)  # left padding, unequal lengths
-    keys = [ICWKey.create("sa", seed=s) for s in range(2)]  # 4 prompts... one key per pair below
+    keys = [ICWKey.create("sa", seed=s) for s in range(4)]  # one key per prompt (covers its sampled copies)
     for sample in (False, True):
         proc = SentenceAcrosticLogitsProcessor(keys, tok)
         torch.manual_seed(0)
