@@ -1,8 +1,9 @@
-"""Attacks and quality measures: deletion, WordNet synonyms, endpoint rewrites, judge parsing, perplexity."""
+"""Attacks and quality: deletion, WordNet synonyms, endpoint rewrites, judge and coverage parsing, perplexity."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,14 @@ from icw.bench.attacks import (
     wordnet_synonyms,
 )
 from icw.bench.backends import ChatClient
-from icw.bench.quality import judge_one, parse_judge
+from icw.bench.quality import (
+    COVERAGE_PROMPT,
+    coverage_family,
+    coverage_one,
+    judge_one,
+    parse_coverage,
+    parse_judge,
+)
 from icw.bench.runner import ResultStore
 from icw.keys import ICWKey
 
@@ -113,6 +121,49 @@ def test_judge_garbage_is_retried_and_recorded(server):
     assert result["scores"] is None and result["error"] and isinstance(result["raw"], str)
 
 
+def test_coverage_parsing_reads_realistic_replies():
+    for reply, score in (('{"coverage": 4.5}', 4.5), ('```json\n{"Coverage": 3}\n```', 3.0),
+                         ('{"score": "2"}', 2.0), ("Coverage: 4/5", 4.0), ("**Coverage score (1-5):** 3.5", 3.5),
+                         ("Rating: 4 out of 5. The rewrite drops the detail about wax cells.", 4.0),
+                         ("The rewritten text keeps every point, so I would rate it 5/5.", 5.0),
+                         ("I'd rate the coverage as 2 - half of the steps are missing.", 2.0), ("1", 1.0),
+                         ("**4.5**", 4.5), ("Coverage score: 4.\nMinor details are lost.", 4.0)):
+        assert parse_coverage(reply) == score, reply
+    for garbage in ("", "Great rewrite!", '{"coverage": 6}', "Coverage: 0", "Between 3 and 4.", "1 2 3 4 5",
+                    "The original has 5 sentences and the rewrite 3.", "Coverage: 3. Coverage: 4.",
+                    '{"relevance": 4, "clarity": 5, "informativeness": 3, "factual_correctness": 4}'):
+        assert parse_coverage(garbage) is None, garbage
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "icwbench.md").read_text(encoding="utf-8")
+    assert COVERAGE_PROMPT.format(original="{original}", rewritten="{rewritten}") in docs  # the prompt as documented
+
+
+def test_coverage_garbage_is_recorded_and_asked_again(tmp_path, server):
+    """A random model cannot give a score: the failure keeps its raw reply, the report counts the answer as
+    unscored, and the next run asks again (like the judge). Unattacked and failed attacks are never asked about."""
+    from icw.bench.report import evasion
+
+    result = coverage_one(ChatClient(server, "tiny", max_tokens=8), TEXT, "Bees make honey.", attempts=2)
+    assert result["score"] is None and result["error"] and isinstance(result["raw"], str)
+    store = ResultStore(tmp_path / "responses.jsonl")
+    base = {"model": "m", "family": "sa", "role": "positive", "key": ICWKey.create("sa", 9).to_string(), "query": "q",
+            "z_score": 0.1, "p_value": 0.5}
+    store.append([{**base, "id": "a", "attack": "none", "response": TEXT},
+                  {**base, "id": "a", "attack": "deletion", "response": "Bees carry nectar.", "source_response": TEXT},
+                  {**base, "id": "b", "attack": "deletion", "response": None, "source_response": TEXT, "error": "boom",
+                   "z_score": None, "p_value": None}])
+    quality = ResultStore(tmp_path / "quality.jsonl")
+    client = ChatClient(server, "tiny", max_tokens=8)
+    assert coverage_family(store, quality, "m", "sa", client, attempts=1) == 1
+    (rec,) = quality.rows()
+    assert (rec["metric"], rec["scored_attack"], rec["judge"], rec["id"], rec["score"]) == (
+        "coverage", "deletion", "tiny", "a", None)
+    assert rec["error"] and isinstance(rec["raw"], str)
+    got = evasion(store.rows(), "sa", "deletion", quality=quality.rows())
+    assert got["coverage_unscored"] == 1 and "esr_at_coverage" not in got and "mean_coverage" not in got
+    assert "mean_coverage" not in evasion(store.rows(), "sa", "none", quality=quality.rows())
+    assert coverage_family(store, ResultStore(tmp_path / "quality.jsonl"), "m", "sa", client, attempts=1) == 1
+
+
 @pytest.mark.slow
 def test_perplexity_prefers_fluent_text(smollm2):
     from icw.bench.quality import perplexities
@@ -164,9 +215,26 @@ def test_report_tables_evasion_at_utility_for_every_attack(tmp_path):
     store.append([{**r, "attack": "rewrite", "response": text, "source_response": r["response"], **score}
                   for r, text, score in zip(positives, swapped, score_texts(swapped, [r["key"] for r in positives]),
                                             strict=True)])
+    # Coverage of the rewrites by two judges (scores of one answer are averaged); sa-3 failed, sa-5 was never asked
+    coverage = {"sa-0": [5, 4], "sa-1": [4.5], "sa-2": [2], "sa-3": [None], "sa-4": [3.5]}
+    quality = ResultStore(tmp_path / "quality.jsonl")
+    quality.append([{"model": "m", "family": "sa", "id": i, "role": "positive", "attack": f"coverage:rewrite:j{n}",
+                     "metric": "coverage", "scored_attack": "rewrite", "judge": f"j{n}", "score": score,
+                     **({"error": "no score", "raw": "Nice."} if score is None else {"raw": str(score)})}
+                    for i, scores in coverage.items() for n, score in enumerate(scores)])
     result = report(tmp_path, num_bootstrap=20, figures=False)
     evasion = result["families"]["sa"]["evasion"]
     assert set(evasion) == {"none", "deletion", "synonym", "rewrite"}
+    rewrite, means = evasion["rewrite"], {"sa-0": 4.5, "sa-1": 4.5, "sa-2": 2.0, "sa-4": 3.5}
+    rewritten = {r["id"]: r for r in load_records(tmp_path) if r["attack"] == "rewrite"}
+    assert rewrite["mean_coverage"] == pytest.approx(3.625) and rewrite["coverage_unscored"] == 2
+    assert rewrite["coverage_judges"] == ["j0", "j1"]
+    for c, value in rewrite["esr_at_coverage"].items():
+        hits = [i for i, r in rewritten.items() if r["p_value"] > 0.01 and means.get(i, 0) >= float(c)]
+        assert value == pytest.approx(len(hits) / 6)
+    assert rewrite["esr_at_coverage"] == pytest.approx({"2": 0.5, "3": 2 / 6, "4": 1 / 6, "4.5": 1 / 6})
+    assert evasion["none"]["mean_coverage"] == 5.0 and set(evasion["none"]["esr_at_coverage"].values()) == {0.0}
+    assert not any(k.startswith(("esr_at_coverage", "mean_coverage", "coverage")) for k in evasion["deletion"])
     records = load_records(tmp_path)
     for attack, got in evasion.items():
         attacked = [r for r in records if r["role"] == "positive" and r["attack"] == attack]
@@ -184,3 +252,8 @@ def test_report_tables_evasion_at_utility_for_every_attack(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "## Evasion at utility constraints" in md
     assert "| SA | rewrite | 6 | " in md and "| SA | deletion | 6 |" in md and "| SA | synonym | 6 |" in md and "ESR @ utility >= 0.9" in md
+    rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| SA | ")}
+    assert rows["rewrite"].endswith("| 3.62 | 0.500 | 0.333 | 0.167 | 0.167 | 2 |")
+    assert rows["deletion"].endswith("| - | - | - | - | - | - |")  # no judge scored the deletions
+    assert rows["none"].endswith("| 5.00 | 0.000 | 0.000 | 0.000 | 0.000 | 0 |")
+    assert "ESR @ coverage >= 4.5 | unscored |" in md and "coverage 5 by definition" in md

@@ -228,8 +228,8 @@ def test_reads_folder_written_by_icw_bench_build(tmp_path, tiny_backend):
 
 @pytest.mark.slow
 def test_smollm2_end_to_end_transformers_and_openai_backends(tmp_path, smollm2):
-    """README's workflow on the embedded model: both backends, report, PNGs, judge and attack through a real
-    local server; SmolLM2 as a judge often answers garbage, which must be recorded, never dropped."""
+    """README's workflow on the embedded model: both backends, report, PNGs, judge, attack and coverage through a
+    real local server; SmolLM2 as a judge often answers garbage, which must be recorded, never dropped."""
     from icw.bench.backends import OpenAIBackend
     from icw.bench.server import serve_in_thread
 
@@ -253,6 +253,10 @@ def test_smollm2_end_to_end_transformers_and_openai_backends(tmp_path, smollm2):
     quality = load_records(tmp_path / "remote", "quality.jsonl")
     judged = [q for q in quality if q["metric"] == "judge"]
     assert len(judged) == 2 and all(q.get("scores") or (q.get("error") and "raw" in q) for q in judged)
+    covered = [q for q in quality if q["metric"] == "coverage"]  # one per attacked positive, scored or kept as failed
+    assert sorted((q["scored_attack"], q["id"]) for q in covered) == sorted(
+        (r["attack"], r["id"]) for r in records if r["attack"] != "none")
+    assert all(q.get("score") is not None or (q.get("error") and "raw" in q) for q in covered)
     assert all(q["value"] > 1.0 for q in quality if q["metric"] == "ppl")
     for run_dir in (tmp_path / "local", tmp_path / "remote"):
         result = report(run_dir, num_bootstrap=50)
@@ -261,6 +265,55 @@ def test_smollm2_end_to_end_transformers_and_openai_backends(tmp_path, smollm2):
     assert result["families"]["sa"]["ppl"] is not None
 
 
+
+
+def test_attacks_with_judge_url_score_coverage_once_and_report_its_columns(tmp_path, bench, tiny_qwen, capsys):
+    """`icw bench run --attacks deletion --judge-url ...` asks the judge for the Coverage of every attacked positive,
+    `icw bench report` prints the ESR-at-Coverage columns, and a rerun asks nothing again. The judge is a real model
+    behind icw's server on 127.0.0.1 whose weights spell one reply (icw.testing.scripted_model): the tiny random
+    model's replies are never readable scores (that path: test_bench_attacks)."""
+    from icw.bench.server import serve_in_thread
+    from icw.cli import main
+    from icw.testing import scripted_model
+
+    model, tok = tiny_qwen
+    folder = tmp_path / "tiny-model"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path / "run"
+    server, url = serve_in_thread(scripted_model('{"coverage": 4}'), tok, "judge")
+    cmd = ["bench", "run", "--dataset", str(bench), "--out", str(out), "--model", str(folder), "--families", "sa",
+           "--limit", "3", "--max-new-tokens", "12", "--attacks", "deletion", "--judge-url", url, "--judge-model", "judge"]
+
+    def coverage_lines():
+        rows = [json.loads(line) for line in (out / "quality.jsonl").read_text().splitlines()]
+        return [r for r in rows if r["metric"] == "coverage"]
+
+    try:
+        assert main(cmd) == 0
+        first = coverage_lines()
+        assert main(cmd) == 0  # the rerun: every attacked positive is scored, so the judge is not asked again
+        assert coverage_lines() == first
+    finally:
+        server.shutdown()
+    attacked = {r["id"]: r for r in load_records(out) if r["attack"] == "deletion"}
+    assert len(first) == len(attacked) == 3
+    for q in first:
+        assert (q["scored_attack"], q["judge"], q["role"], q["score"], q["raw"]) == (
+            "deletion", "judge", "positive", 4.0, '{"coverage": 4}')
+        assert q["attack"] == "coverage:deletion:judge" and not q.get("error") and q["id"] in attacked
+    capsys.readouterr()
+    assert main(["bench", "report", str(out), "--no-figures", "--num-bootstrap", "20"]) == 0
+    printed = capsys.readouterr().out
+    evasion = json.loads((out / "results.json").read_text())["families"]["sa"]["evasion"]
+    e, base = evasion["deletion"], evasion["none"]
+    assert (e["mean_coverage"], e["coverage_unscored"], e["coverage_judges"]) == (4.0, 0, ["judge"])
+    assert e["esr_at_coverage"] == {"2": e["esr"], "3": e["esr"], "4": e["esr"], "4.5": 0.0}
+    assert base["mean_coverage"] == 5.0 and set(base["esr_at_coverage"].values()) == {base["esr"]}  # by definition
+    assert "| Coverage | ESR @ coverage >= 2 | ESR @ coverage >= 3 | ESR @ coverage >= 4 | ESR @ coverage >= 4.5 |" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("| SA | deletion |"))
+    esr = f"{e['esr']:.3f}"
+    assert row.endswith(f"| 4.00 | {esr} | {esr} | {esr} | 0.000 | 0 |")
 
 
 def test_warns_when_instructions_overflow_the_context(qwen3, tiny_backend):

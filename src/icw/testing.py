@@ -2,6 +2,8 @@
 
 Real architectures with random weights: fast unit tests (:func:`tiny_random_model`) and GPU
 speed or memory measurements where the shape matters and the weights do not (:func:`random_model`).
+:func:`scripted_model` sets a tiny model's weights so that it always answers one given text: a
+real model that an offline judge endpoint can serve when a test needs a readable reply.
 Nothing is downloaded; the tokenizers are the embedded ones of :mod:`icw.models`.
 """
 
@@ -43,6 +45,48 @@ def tiny_random_model(tokenizer: str = "qwen3", seed: int = 0, hidden_size: int 
                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config).eval()
+
+
+def scripted_model(reply: str, tokenizer: str = "qwen3", hidden_size: int = 64) -> Any:
+    """A one-layer Qwen3-architecture model whose greedy answer to any prompt is ``reply``, then end of text.
+
+    The weights spell out a chain: every token outside the reply embeds to state 0, the reply's
+    ``k``-th token embeds to state ``k + 1``, and state ``k`` predicts the reply's ``k``-th token
+    (the end-of-text token last). Attention and MLP outputs are zeroed, so the next token depends on
+    the last one only. Served with :mod:`icw.bench.server`, it gives tests an offline judge with a
+    known, parsable reply (a random model answers garbage). The reply's tokens must be distinct and
+    none may end the prompt (the chat template ends with the assistant header's newline).
+
+    Args:
+        reply (`str`): the answer, e.g. ``'{"coverage": 4}'``.
+        tokenizer (`str`, defaults to ``"qwen3"``): the embedded tokenizer whose vocabulary the model uses.
+        hidden_size (`int`, defaults to 64): the model's hidden size (more than the reply's tokens).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    tok = load_tokenizer(tokenizer)
+    ids = [*tok.encode(reply, add_special_tokens=False), tok.eos_token_id]
+    if len(set(ids)) != len(ids) or len(ids) >= hidden_size:
+        raise ValueError(f"the reply {reply!r} needs distinct tokens, fewer than hidden_size={hidden_size}")
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                         tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:  # no mixing: the residual stream is the last token's embedding
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embed, head = model.model.embed_tokens.weight, model.lm_head.weight
+        embed.zero_()
+        embed[:, 0] = 1.0
+        head.zero_()
+        for k, token in enumerate(ids):
+            head[token, k] = 10.0
+            if k + 1 < len(ids):
+                embed[token].zero_()
+                embed[token, k + 1] = 1.0
+    return model
 
 
 def random_model(shape: str, device: str = "cpu", dtype: Any = None, seed: int = 0) -> tuple[Any, Any]:

@@ -158,7 +158,8 @@ class ExtrasConfig:
             for ``--attacks adaptive``.
         paraphrase_rounds (`int`, defaults to ``1``): rounds of LLM paraphrase (1-3).
         ppl_models (`list[str]`, defaults to ``[]``): reference models for perplexity.
-        judge_url (`str`, *optional*): OpenAI-compatible endpoint of the judge.
+        judge_url (`str`, *optional*): OpenAI-compatible endpoint of the judge (quality scores of the
+            positives; with ``attacks``, also the Coverage of every attacked positive).
         judge_model (`str`, *optional*): judge model name.
         progress (`bool`, defaults to ``True``): show progress bars.
     """
@@ -174,7 +175,8 @@ class ExtrasConfig:
     attack_adapter: str | None = field(default=None, metadata={
         "help": "folder of a trained adaptive attacker (icw train adaptive-attack) for --attacks adaptive"})
     ppl_models: list[str] = field(default_factory=list, metadata={"help": "reference models for perplexity"})
-    judge_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint of the judge"})
+    judge_url: str | None = field(default=None, metadata={
+        "help": "OpenAI-compatible endpoint of the judge (with --attacks, it also scores each attack's Coverage)"})
     judge_model: str | None = field(default=None, metadata={"help": "judge model name"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 

@@ -8,9 +8,13 @@
   Factual Correctness from 1 to 5. Replies are parsed robustly (JSON, ``name: n`` lines, or
   four bare digits); an unparsable reply is retried and, if it stays unparsable, recorded
   with its raw text and an ``error`` field, never dropped.
+* Coverage (the paper's adaptive-attack table, RLCracker style): the same judge endpoint scores
+  from 1 to 5 (half points allowed) how completely an attacked answer keeps the information and
+  meaning of the unattacked answer it was made from (:data:`COVERAGE_PROMPT`). Every finished
+  attacked positive is scored, with the same re-asking and failure records as the judge.
 
 Results go to ``RUN_DIR/quality.jsonl`` keyed like the responses (with ``attack`` holding
-``ppl:<reference>`` or ``judge:<model>``), so quality is resumable too.
+``ppl:<reference>``, ``judge:<model>`` or ``coverage:<attack>:<model>``), so quality is resumable too.
 """
 
 from __future__ import annotations
@@ -178,4 +182,154 @@ def judge_family(store: Any, quality: Any, model_id: str, family: str, client: A
     for record in tqdm(todo, desc=f"{family} judge ({client.model})", disable=not todo):
         result = judge_one(client, record["query"], record["response"], attempts)
         quality.append([{**_qkey(record), "attack": tag, "metric": "judge", "judge": client.model, **result}])
+    return len(todo)
+
+
+# --------------------------------------------------------------------------------- coverage
+COVERAGE_PROMPT = """You are comparing a rewritten text with the original text it was made from.
+
+Original:
+{original}
+
+Rewritten:
+{rewritten}
+
+How completely does the rewritten text preserve the information and meaning of the original?
+Give one score from 1 to 5 (half points such as 4.5 are allowed):
+5 - all of the information and meaning is kept
+4 - nearly everything is kept; a minor detail is lost or changed
+3 - the main points are kept, but several details are lost or changed
+2 - only part of the content is kept, or the meaning is partly changed
+1 - little or nothing is kept, or the meaning is contradicted
+
+Reply with one JSON object and nothing else, for example:
+{{"coverage": 4.5}}"""
+
+_NUMBER = r"(\d+(?:\.\d+)?)"
+_SCALE = re.compile(r"\(?\b1\s*(?:-|\u2013|to)\s*5\b\)?", flags=re.I)  # "(1-5)", "1 to 5": the scale, no score
+_NAMES = ("coverage", "coverage_score", "score", "rating")
+
+
+def parse_coverage(text: str) -> float | None:
+    """The 1-5 coverage score of a judge reply (fractions such as 4.5 allowed), or None when it cannot be read.
+
+    Accepts, in this order: a JSON object with a ``coverage`` (or ``score``/``rating``) key anywhere
+    in the reply; named scores such as ``Coverage: 4.5`` or ``**Score**: 4/5`` (all of them must
+    agree); one ``N/5`` or ``N out of 5``; a reply that is a bare number. A scale such as ``(1-5)`` is
+    not read as a score, and a number outside 1-5 makes the reply unreadable rather than clipped.
+
+    Args:
+        text (`str`): the judge's reply.
+
+    Example:
+        >>> parse_coverage('{"coverage": 4.5}')
+        4.5
+        >>> parse_coverage('Sure. {"Coverage": "3"}')
+        3.0
+        >>> parse_coverage("**Coverage score (1-5):** 4\\nMost details are kept.")
+        4.0
+        >>> parse_coverage("The rewrite drops the second half; I would rate it 2.5 out of 5.")
+        2.5
+        >>> parse_coverage("4.")
+        4.0
+        >>> parse_coverage("Coverage: 7") is None, parse_coverage("Either 3 or 4.") is None
+        (True, True)
+        >>> parse_coverage("Coverage: 3. On reflection, coverage: 4.") is None
+        True
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+
+    def valid(value: Any) -> float | None:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return None
+        return number if 1.0 <= number <= 5.0 else None
+
+    for match in re.finditer(r"\{[^{}]*\}", text, flags=re.S):
+        try:
+            data = json.loads(match.group())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            norm = {re.sub(r"[^a-z]+", "_", str(k).lower()).strip("_"): v for k, v in data.items()}
+            for name in _NAMES:
+                if name in norm and (found := valid(norm[name])) is not None:
+                    return found
+    cleaned = _SCALE.sub(" ", text)
+    named = re.findall(rf"\b(?:coverage|score|rating)\b[^0-9\n]{{0,20}}?{_NUMBER}", cleaned, flags=re.I)
+    if named:
+        values = {valid(v) for v in named}
+        return values.pop() if len(values) == 1 else None
+    out_of = re.findall(rf"{_NUMBER}\s*(?:/|out of)\s*5(?:\.0)?\b", cleaned, flags=re.I)
+    if len(set(out_of)) == 1:
+        return valid(out_of[0])
+    bare = re.fullmatch(rf"[\s*`\"']*{_NUMBER}[\s*`\"'.]*", cleaned)
+    return valid(bare.group(1)) if bare else None
+
+
+def coverage_one(client: Any, original: str, rewritten: str, attempts: int = 3) -> dict[str, Any]:
+    """Ask the judge for the coverage of one rewrite, re-asking on unparsable replies; returns the score or
+    an ``error`` with the raw reply.
+
+    Args:
+        client (`ChatClient`): the judge endpoint.
+        original (`str`): the unattacked answer.
+        rewritten (`str`): the attacked answer.
+        attempts (`int`, defaults to 3): times to ask before giving up on an unparsable reply.
+    """
+    prompt = COVERAGE_PROMPT.format(original=original, rewritten=rewritten)
+    raw = None
+    error = None
+    for _ in range(attempts):
+        try:
+            raw = client.complete(prompt, max_tokens=80)
+        except RuntimeError as err:
+            error = str(err)
+            continue
+        score = parse_coverage(raw)
+        if score is not None:
+            return {"score": score, "raw": raw}
+        error = "the judge's reply holds no 1-5 coverage score"
+    return {"score": None, "raw": raw, "error": error}
+
+
+def coverage_tag(attack: str, judge: str) -> str:
+    """The ``attack`` field that keys a coverage record in ``quality.jsonl``.
+
+    Args:
+        attack (`str`): the attack whose output was scored.
+        judge (`str`): the judge model.
+
+    Example:
+        >>> coverage_tag("deletion", "gpt-4o")
+        'coverage:deletion:gpt-4o'
+    """
+    return f"coverage:{attack}:{judge}"
+
+
+def coverage_family(store: Any, quality: Any, model_id: str, family: str, client: Any, attempts: int = 3) -> int:
+    """Coverage of every finished attacked positive of ``family`` not yet scored by ``client.model``.
+
+    Each record holds the scored attack (``scored_attack``), the judge, the ``score`` (or ``None``
+    with an ``error`` and the raw reply; those are asked again on the next run) and ``metric:
+    "coverage"``. Returns the number of answers asked about.
+
+    Args:
+        store: the run's result store (finished responses and their attacked versions).
+        quality: the ``quality.jsonl`` store the scores are appended to.
+        model_id (`str`): the evaluated model's name, recorded with each row.
+        family (`str`): the family to score.
+        client (`ChatClient`): the judge endpoint.
+        attempts (`int`, defaults to 3): times to ask before giving up on an unparsable reply.
+    """
+    todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
+            and r.get("attack", "none") != "none" and not r.get("error") and r.get("response") is not None
+            and r.get("source_response") is not None and not quality.done({**_qkey(r), "attack": coverage_tag(r["attack"], client.model)})]
+    todo.sort(key=lambda r: (r["attack"], str(r["id"])))
+    for record in tqdm(todo, desc=f"{family} coverage ({client.model})", disable=not todo):
+        result = coverage_one(client, record["source_response"], record["response"], attempts)
+        quality.append([{**_qkey(record), "attack": coverage_tag(record["attack"], client.model), "metric": "coverage",
+                         "scored_attack": record["attack"], "judge": client.model, **result}])
     return len(todo)

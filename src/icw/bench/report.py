@@ -7,7 +7,8 @@ Writes into the run directory:
   family), the verdict-based TPR and FPR of the exact p-values at ``alpha`` with Clopper-Pearson
   intervals, quality in the layout of Table 3 (perplexity per reference model, the four judge
   scores and their mean), mean z of positives vs negatives, AUC after each attack, and the
-  evasion success rate (ESR) of every attack at utility constraints (:func:`evasion`);
+  evasion success rate (ESR) of every attack at utility and, when the judge scored the attacks
+  (``icw bench run --attacks ... --judge-url ...``), Coverage constraints (:func:`evasion`);
 
 TPR@1%FPR needs at least :data:`MIN_NEGATIVES_FOR_TPR_AT_1FPR` negatives: with fewer, the 1% point of
 the negatives is the largest negative itself, so it is reported as not estimable (``null`` in
@@ -117,18 +118,23 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
                 summary["attacks"][attack] = {"roc_auc": got["roc_auc"], "tpr_at_fpr": got["tpr_at_fpr"] if estimable else None,
                                               "num_positive": got["num_positive"],
                                               "mean_z_positive": got["mean_z_positive"]}
-        summary["evasion"] = {a: got for a in ["none", *attacks] if (got := evasion(records, family, a, alpha))}
+        summary["evasion"] = {a: got for a in ["none", *attacks]
+                              if (got := evasion(records, family, a, alpha, quality=quality))}
         result["families"][family] = summary
     return result
 
 
 #: Utility constraints of the ESR table (the paper's P-SP columns; here chrF, see semantic_utility).
 UTILITY_CONSTRAINTS = (0.6, 0.7, 0.8, 0.9)
+#: Coverage constraints of the ESR table (the paper's Coverage columns: an LLM judge's 1-5 score).
+COVERAGE_CONSTRAINTS = (2.0, 3.0, 4.0, 4.5)
 
 
 def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: float = 0.01,
-            constraints: tuple[float, ...] = UTILITY_CONSTRAINTS) -> dict[str, Any] | None:
-    """Evasion success rate of one attack on one family's positives, overall and at utility constraints.
+            constraints: tuple[float, ...] = UTILITY_CONSTRAINTS, quality: list[dict[str, Any]] | None = None,
+            coverage_constraints: tuple[float, ...] = COVERAGE_CONSTRAINTS) -> dict[str, Any] | None:
+    """Evasion success rate of one attack on one family's positives, overall and at utility and Coverage
+    constraints.
 
     An attacked answer *evades* when its exact p-value is above ``alpha`` = 0.01 (the verdict
     ``p_value <= alpha`` no longer fires), i.e. it falls
@@ -139,6 +145,16 @@ def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: floa
     :func:`icw.rewriting.semantic_utility` (chrF against the unattacked answer); ``attack="none"``
     gives the baseline (utility 1). Failed attacks (no text) are left out. None if nothing was scored.
 
+    Coverage (the paper's other constraint, RLCracker style) is an LLM judge's 1-5 score of how
+    completely the attacked text keeps the information and meaning of the unattacked answer
+    (:func:`icw.bench.quality.coverage_family`, records with ``metric: "coverage"`` in ``quality``).
+    When the judge scored this attack, the result adds ``esr_at_coverage[c]`` = (evaded and
+    coverage >= c) / attacked, ``mean_coverage`` (over the scored answers) and ``coverage_unscored``:
+    attacked answers without a score (a failed or missing judgement) count as *not* meeting any
+    constraint. When only failures were recorded, just ``coverage_unscored`` is added. The baseline
+    ``none`` is the unattacked answer itself, so its coverage is 5 by definition (given whenever the
+    judge scored any attack of the family). Several judges' scores of one answer are averaged.
+
     Args:
         records (`list[dict]`): the run's scored records.
         family (`str`): the family.
@@ -146,6 +162,9 @@ def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: floa
         alpha (`float`, defaults to 0.01): the verdict's significance level.
         constraints (`tuple[float, ...]`, defaults to ``(0.6, 0.7, 0.8, 0.9)``): the utility thresholds
             ``c`` of ``esr_at_utility``.
+        quality (`list[dict]`, *optional*): the run's ``quality.jsonl`` records (``None``: no Coverage).
+        coverage_constraints (`tuple[float, ...]`, defaults to ``(2, 3, 4, 4.5)``): the Coverage
+            thresholds ``c`` of ``esr_at_coverage``.
     """
     from ..rewriting import semantic_utility
 
@@ -161,7 +180,36 @@ def evasion(records: list[dict[str, Any]], family: str, attack: str, alpha: floa
                                             [r["response"] for r in rows]), dtype=float)
     return {"num_attacked": len(rows), "alpha": alpha, "utility": "chrF", "mean_utility": float(utility.mean()),
             "esr": float(evaded.mean()),
-            "esr_at_utility": {f"{c:g}": float((evaded & (utility >= c)).mean()) for c in constraints}}
+            "esr_at_utility": {f"{c:g}": float((evaded & (utility >= c)).mean()) for c in constraints},
+            **_coverage_esr(rows, evaded, family, attack, quality or [], coverage_constraints)}
+
+
+def _coverage_esr(rows: list[dict[str, Any]], evaded: np.ndarray, family: str, attack: str,
+                  quality: list[dict[str, Any]], constraints: tuple[float, ...]) -> dict[str, Any]:
+    """The Coverage fields of :func:`evasion` (empty when the judge scored no attack of ``family``)."""
+    judged = [q for q in quality if q.get("family") == family and q.get("metric") == "coverage"]
+    if attack == "none":
+        if not any(q.get("score") is not None for q in judged):
+            return {}
+        coverage = np.full(len(rows), 5.0)  # the unattacked answer keeps all of itself
+    else:
+        judged = [q for q in judged if q.get("scored_attack") == attack]
+        if not judged:
+            return {}
+        scores: dict[Any, list[float]] = {}
+        for q in judged:
+            if q.get("score") is not None:
+                scores.setdefault(q["id"], []).append(float(q["score"]))
+        coverage = np.array([np.mean(scores[r["id"]]) if r["id"] in scores else np.nan for r in rows])
+    scored = ~np.isnan(coverage)
+    out: dict[str, Any] = {"coverage_unscored": int((~scored).sum())}
+    if scored.any():
+        value = np.where(scored, coverage, 0.0)
+        out["mean_coverage"] = float(coverage[scored].mean())
+        out["esr_at_coverage"] = {f"{c:g}": float((evaded & scored & (value >= c)).mean()) for c in constraints}
+    if attack != "none":
+        out["coverage_judges"] = sorted({str(q.get("judge")) for q in judged})
+    return out
 
 
 def _perplexity(quality: list[dict[str, Any]], family: str) -> tuple[float | None, dict[str, float]]:
@@ -264,20 +312,32 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def _evasion_table(F: dict[str, Any], fams: list[str]) -> list[str]:
-    """The ESR-at-utility table (paper, Appendix "Adaptive attack"): every attack that ran, side by side."""
+    """The ESR table at utility and Coverage constraints (paper, Appendix "Adaptive attack"): every attack
+    that ran, side by side; the Coverage cells are "-" where no judge scored the attack."""
     rows = [(f, a, e) for f in fams for a, e in F[f].get("evasion", {}).items()]
     if not any(a != "none" for _, a, _ in rows):
         return []
     constraints = list(next(e for _, _, e in rows)["esr_at_utility"])
+    covered = next((list(e["esr_at_coverage"]) for _, _, e in rows if "esr_at_coverage" in e),
+                   [f"{c:g}" for c in COVERAGE_CONSTRAINTS])
     lines = ["", "## Evasion at utility constraints (lower ESR is better for the defender)", "",
              f"ESR: fraction of attacked positives whose exact p-value is above {rows[0][2]['alpha']:g} (the verdict "
              "no longer fires: below the detection threshold of that false-positive rate); at utility >= c: "
              "evaded *and* chrF against the unattacked answer >= c, over all attacked positives.", "",
+             "Coverage: the LLM judge's 1-5 score of how completely the attacked answer keeps the information and "
+             "meaning of the unattacked one (`icw bench run --attacks ... --judge-url ...`); at coverage >= c: "
+             "evaded *and* coverage >= c, over all attacked positives, an answer the judge did not score counting "
+             "as not meeting it (column *unscored*). The row `none` is the unattacked answer: coverage 5 by "
+             "definition. \"-\": no judge scored that attack.", "",
              "| Family | Attack | n | chrF utility | ESR | " + " | ".join(f"ESR @ utility >= {c}" for c in constraints)
-             + " |", "|---|---|---:|---:|---:|" + "---:|" * len(constraints)]
+             + " | Coverage | " + " | ".join(f"ESR @ coverage >= {c}" for c in covered) + " | unscored |",
+             "|---|---|---:|---:|---:|" + "---:|" * (len(constraints) + len(covered) + 2)]
     for f, a, e in rows:
+        at_coverage = e.get("esr_at_coverage", {})
         lines.append(f"| {f.upper()} | {a} | {e['num_attacked']} | {_fmt(e['mean_utility'])} | {_fmt(e['esr'])} | "
-                     + " | ".join(_fmt(e["esr_at_utility"][c]) for c in constraints) + " |")
+                     + " | ".join(_fmt(e["esr_at_utility"][c]) for c in constraints)
+                     + f" | {_fmt(e.get('mean_coverage'), 2)} | " + " | ".join(_fmt(at_coverage.get(c)) for c in covered)
+                     + f" | {e.get('coverage_unscored', '-')} |")
     return lines
 
 

@@ -447,7 +447,7 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                                        config.attack_adapter)
             attack_family(store, config.model_id(), family, attacks)
         if config.ppl_models or config.judge_url:
-            from .quality import judge_family, perplexity_family
+            from .quality import coverage_family, judge_family, perplexity_family
 
             quality = ResultStore(out / QUALITY)
             for ref in config.ppl_models:
@@ -459,6 +459,8 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                     judge = ChatClient(config.judge_url, config.judge_model, config.api_key, temperature=0.0)
                     judge.check()
                 judge_family(store, quality, config.model_id(), family, judge)
+                if config.attacks:  # the adaptive-attack table's Coverage: how much of the answer each attack kept
+                    coverage_family(store, quality, config.model_id(), family, judge)
     failed = [r for r in store.rows() if r.get("error") and r["family"] in config.families]
     if failed:
         print(f"icw: note: {len(failed)} item(s) failed and are recorded with an 'error' field in {store.path}; "
