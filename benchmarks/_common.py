@@ -150,6 +150,14 @@ def texts_of_tokens(tokenizer: Any, num_texts: int, num_tokens: int = 600) -> li
     return texts
 
 
+def rate_with_ci(hits: int, n: int) -> str:
+    """``hits / n`` with its 95% Clopper-Pearson interval."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(hits), n).proportion_ci(0.95)
+    return f"{hits / n:.3f} [{ci.low:.3f}, {ci.high:.3f}]"
+
+
 def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
     """Median wall time and median CPU time of this process (all threads) of ``fn()`` over
     ``repeats`` calls, in seconds. CPU time is the steadier measure on a busy machine."""

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import biased_answers, markdown_table, texts_of_tokens, truncate_tokens  # noqa: E402
+from _common import biased_answers, markdown_table, rate_with_ci, texts_of_tokens, truncate_tokens  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,20 +49,19 @@ def main(argv: list[str] | None = None) -> None:
         for length in lengths:
             texts = [truncate_tokens(tok, a, length) for _, a in answers]
             scored = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-            tpr = np.mean([r.is_watermarked for r in verify(texts, keys, tok if family != "sa" else None,
-                                                            alpha=args.alpha)])
+            tp = sum(r.is_watermarked for r in verify(texts, keys, tok if family != "sa" else None, alpha=args.alpha))
             humans = texts_of_tokens(tok, args.num_human, length)
             human_keys = [ICWKey.create(family, seed=6_000_000 + i, tokenizer=tok if family != "sa" else None)
                           for i in range(len(humans))]
-            fpr = np.mean([r.is_watermarked for r in verify(humans, human_keys, tok if family != "sa" else None,
-                                                            alpha=args.alpha)])
-            curves[family][0].append(tpr)
-            curves[family][1].append(fpr)
-            rows.append([family.upper(), length, f"{np.median(scored):g}", len(texts), f"{tpr:.2f}", len(humans),
-                         f"{fpr:.3f}"])
+            fp = sum(r.is_watermarked for r in verify(humans, human_keys, tok if family != "sa" else None,
+                                                      alpha=args.alpha))
+            curves[family][0].append(tp / len(texts))
+            curves[family][1].append(fp / len(humans))
+            rows.append([family.upper(), length, f"{np.median(scored):g}", len(texts), rate_with_ci(tp, len(texts)),
+                         len(humans), rate_with_ci(fp, len(humans))])
     print(f"SmolLM2-135M-Instruct, logit bias (default deltas), alpha = {args.alpha:g}")
-    print(markdown_table(["family", "tokens", "median answer tokens", "answers", f"verdict rate (TPR) at {args.alpha:g}",
-                          "human texts", "verdict rate on human text (FPR)"], rows))
+    print(markdown_table(["family", "tokens", "median answer tokens", "answers", f"verdict rate (TPR) at {args.alpha:g} [95% CI]",
+                          "human texts", "verdict rate on human text (FPR) [95% CI]"], rows))
 
     import matplotlib
 
@@ -77,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     ax.set(xscale="log", xticks=lengths, xlabel="answer length (tokens)", ylabel=f"verdict rate at alpha = {args.alpha:g}",
            ylim=(-0.02, 1.02), title="Tokens to detection (SmolLM2-135M, logit bias)")
     ax.set_xticklabels([str(v) for v in lengths])
+    ax.minorticks_off()
     ax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

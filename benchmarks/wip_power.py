@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import biased_answers, human_passages, markdown_table, truncate_tokens  # noqa: E402
+from _common import biased_answers, human_passages, markdown_table, rate_with_ci, truncate_tokens  # noqa: E402
 
 
 def random_key_masks(num: int, num_letters: int = 13, seed: int = 0) -> np.ndarray:
@@ -105,17 +105,17 @@ def main(argv: list[str] | None = None) -> None:
         mc = [monte_carlo_p_values(c, m, null_masks, vocab_f, english_f) for c, m in zip(counts, masks, strict=True)]
         results = verify(texts, kk, tok, alpha=args.alpha)
         for name in mc[0]:
-            rate = np.mean([p[name] <= args.alpha for p in mc])
-            rows.append([label, name, f"Monte Carlo, {args.mc_keys:,} keys", len(texts), f"{rate:.3f}"])
-        rows.append([label, f"icw: {results[0].statistic}", results[0].p_value_method, len(texts),
-                     f"{np.mean([r.is_watermarked for r in results]):.3f}"])
+            hits = sum(p[name] <= args.alpha for p in mc)
+            rows.append([label, name, f"Monte Carlo, {args.mc_keys:,} keys", len(texts), rate_with_ci(hits, len(texts))])
+        rows.append([label, f"icw.verify: {results[0].statistic.split(':')[0]}", results[0].p_value_method.split(" (")[0],
+                     len(texts), rate_with_ci(sum(r.is_watermarked for r in results), len(texts))])
         if label == "biased answers":
             z = np.mean([r.z_score for r in results])
             n = np.median([r.num_tokens_scored for r in results])
     print(f"WIP, SmolLM2-135M-Instruct logit-biased answers (delta 3, fresh keys), {args.num_answers} answers of "
           f"{args.max_new_tokens} new tokens: mean paper z {z:.2f}, median {n:g} word-initial tokens scored; "
           f"{len(humans)} human passages; alpha = {args.alpha:g}")
-    print(markdown_table(["texts", "statistic ranking the keys", "p-value", "n", f"verdict rate at {args.alpha:g}"],
+    print(markdown_table(["texts", "statistic ranking the keys", "p-value", "n", f"verdict rate at {args.alpha:g} [95% CI]"],
                          rows))
     if not math.isfinite(z):
         raise SystemExit("no answers scored")
