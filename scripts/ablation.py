@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +89,19 @@ SIZES = {
                  dose_deltas=[3.0], dose_lengths=[24], num_dose=6, probe_rows=4, pool_size=200, epochs=1, batch=2,
                  grpo_steps=1, grpo_generations=2, grpo_prompts=1, grpo_tokens=16, min_completion_tokens=4,
                  gen_batch=6, heldout_template=True),
+    # the CPU probe experiment (WIP, 160 + 40 rows of 112 tokens, LoRA r 16, 60 steps of batch 4,
+    # lr 2e-4, probe on 32 held-out rows); use with --variants base,sdlp,sdlp-relabel[,sdlp-mixed]
+    "probe": Size(families=["wip"], num_h1=160, num_h0=40, train_tokens=112, eval_tokens=192, num_eval=60,
+                  dose_deltas=[3.0], dose_lengths=[112], num_dose=32, probe_rows=32, epochs=1.2, batch=4,
+                  gen_batch=40, heldout_template=False),
 }
 
 
 class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.size = args, SIZES[args.size]
+        if args.families:
+            self.size = replace(self.size, families=[f.strip() for f in args.families.split(",") if f.strip()])
         self.out = Path(args.out)
         (self.out / "cells").mkdir(parents=True, exist_ok=True)
         self.start = time.time()
@@ -208,7 +215,7 @@ class Run:
                     zp = [r.z_score for r in verify(pos, keys, tok, num_null_keys=1)]
                     zn = [r.z_score for r in verify(neg, keys, tok, num_null_keys=1)]
                     rep = detection_report(zp, zn, num_bootstrap=200)
-                    out["cells"].append({"delta": delta, "length": length, "auc": rep.auc, "tpr": rep.tpr,
+                    out["cells"].append({"delta": delta, "length": length, "auc": rep.roc_auc, "tpr": rep.tpr_at_fpr,
                                          "mean_z": float(np.mean(zp))})
             out["probe_rows"] = rows[: s.probe_rows]
             return out
@@ -243,6 +250,8 @@ class Run:
                        "--learning_rate", str(s.lr), "--num_train_epochs", str(s.epochs),
                        "--per_device_train_batch_size", str(s.batch), "--max_response_length", str(s.train_tokens + 1),
                        "--loss_chunk_size", "512", *SDLP_OPTIONS[variant]]
+                if "--relabel_keys" in cmd:
+                    cmd += ["--relabel_copies", str(self.args.relabel_copies)]
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(
                        [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -262,11 +271,10 @@ class Run:
         s = self.size
 
         def run() -> dict:
-            from icw.bench.templates import HELDOUT_TEMPLATES
-
             from icw import ICWKey
             from icw.detection import detection_report
             from icw.generation import generate_responses
+            from icw.templates import HELDOUT_TEMPLATES
             from icw.train.probe import key_swap_probe, other_key
             from icw.train.synthesis import perplexities
             from icw.verification import verify
@@ -295,7 +303,7 @@ class Run:
                 held, _ = generate_responses(model, tok, queries, keys, "instruction",
                                              template=HELDOUT_TEMPLATES[family], **gen)
                 zh = [r.z_score for r in verify(held, keys, tok, num_null_keys=1)]
-                row["auc_heldout_template"] = detection_report(zh, zn, num_bootstrap=200).auc
+                row["auc_heldout_template"] = detection_report(zh, zn, num_bootstrap=200).roc_auc
             if family != "sa":
                 rows = self.dose()[family]["probe_rows"]
                 probe = key_swap_probe(model, tok, rows, base_model=base,
@@ -318,39 +326,55 @@ class Run:
         def evaluate_all(variant: str) -> None:
             results[variant] = {f: self.evaluate(variant, paths[variant], f) for f in s.families}
 
+        variants = self.args.variants
         evaluate_all("base")
         for variant in ("sft", "sdlp", "sdlp-relabel", "sdlp-mixed", "grpo"):
-            paths[variant] = self.train(variant)
-            evaluate_all(variant)
-        best = max(("sdlp", "sdlp-relabel", "sdlp-mixed"),
-                   key=lambda v: np.mean([results[v][f]["auc"] for f in s.families]))
-        paths["sdlp-grpo"] = self.train("sdlp-grpo", init=paths[best])
-        evaluate_all("sdlp-grpo")
+            if variant in variants:
+                paths[variant] = self.train(variant)
+                evaluate_all(variant)
+        trained = [v for v in ("sdlp", "sdlp-relabel", "sdlp-mixed") if v in results]
+        best = max(trained, key=lambda v: np.mean([results[v][f]["roc_auc"] for f in s.families]), default="")
+        if "sdlp-grpo" in variants:
+            if not best:
+                raise SystemExit("ablation: sdlp-grpo starts from the best SDLP variant: add one to --variants")
+            paths["sdlp-grpo"] = self.train("sdlp-grpo", init=paths[best])
+            evaluate_all("sdlp-grpo")
         self.write(results, best)
 
     def write(self, results: dict, best: str) -> None:
         s = self.size
         doc = {"size": self.args.size, "model": self.args.model, "device": self.args.device, "sizes": asdict(s),
-               "best_sdlp": best, "results": results, "dose": self.dose(),
+               "best_sdlp": best or None, "results": results, "dose": self.dose(),
                "wall_seconds_this_invocation": round(time.time() - self.start, 1)}
         (self.out / "ablation.json").write_text(json.dumps(doc, indent=2))
-        lines = [f"Ablation ({self.args.size} size, model {self.args.model}, device {self.args.device}); "
-                 f"{s.num_eval} positives and {s.num_eval} negatives per cell, {s.eval_tokens}-token answers; "
-                 f"+SDLP+GRPO starts from {LABELS[best]}.", "",
+        title = [f"Ablation ({self.args.size} size, model {self.args.model}, device {self.args.device})",
+                 f"{s.num_eval} positives and {s.num_eval} negatives per cell, {s.eval_tokens}-token answers"]
+        if "sdlp-grpo" in results:
+            title.append(f"+SDLP+GRPO starts from {LABELS[best]}")
+        if s.num_eval < 100:
+            title.append("TPR@1%FPR is not estimable with fewer than 100 negatives (n/e)")
+        lines = ["; ".join(title) + ".", "",
                  "| Family | Model | AUC (95% CI) | TPR@1%FPR (95% CI) | verdict@0.01 | z instr / plain / other key "
                  "| median PPL | mean len | probe A / B / C | AUC held-out template |",
                  "|---|---|---|---|---|---|---|---|---|---|"]
         for f in s.families:
-            for v in VARIANTS:
+            for v in (v for v in VARIANTS if v in results):
                 r = results[v][f]
                 probe = ("{:+.2f} / {:+.2f} / {:+.2f}".format(*(r["probe"][c][0] for c in "ABC"))
                          if "probe" in r else "n/a")
                 held = f"{r['auc_heldout_template']:.3f}" if "auc_heldout_template" in r else "-"
                 lines.append(
-                    f"| {f.upper()} | {LABELS[v]} | {r['auc']:.3f} ({r['auc_ci'][0]:.2f}-{r['auc_ci'][1]:.2f}) | "
-                    f"{r['tpr']:.3f} ({r['tpr_ci'][0]:.2f}-{r['tpr_ci'][1]:.2f}) | {r['verdict_rate']:.3f} | "
+                    f"| {f.upper()} | {LABELS[v]} | {r['roc_auc']:.3f} ({r['roc_auc_ci'][0]:.2f}-{r['roc_auc_ci'][1]:.2f}) | "
+                    + (f"{r['tpr_at_fpr']:.3f} ({r['tpr_at_fpr_ci'][0]:.2f}-{r['tpr_at_fpr_ci'][1]:.2f}) | "
+                       if r["num_negative"] >= 100 else "n/e | ") +
+                    f"{r['verdict_rate']:.3f} | "
                     f"{r['mean_z_instructed']:.2f} / {r['mean_z_plain']:.2f} / {r['mean_z_other_key']:.2f} | "
                     f"{r['median_ppl']:.1f} | {r['mean_length']:.0f} | {probe} | {held} |")
+        lines += ["", "Key-swap probe (log-odds lift over the base model, mean ± s.e. over rows):", "",
+                  "| Family | Model | A | B (instruction) | C (prefix) | plain |", "|---|---|---|---|---|---|"]
+        lines += [f"| {f.upper()} | {LABELS[v]} | " + " | ".join(
+                  "{:+.3f} ± {:.3f}".format(*results[v][f]["probe"][c]) for c in ("A", "B", "C", "plain")) + " |"
+                  for f in s.families for v in VARIANTS if v in results and "probe" in results[v][f]]
         lines += ["", "Dose-response (base model + bias at delta, answers cut to length; TPR@1%FPR / AUC):", "",
                   "| Family | delta | " + " | ".join(f"{n} tokens" for n in s.dose_lengths) + " |",
                   "|---|---|" + "---|" * len(s.dose_lengths)]
@@ -370,7 +394,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="runs/ablation")
     parser.add_argument("--stop_after", type=float, default=0,
                         help="seconds: start no new cell after this (for time-limited commands; rerun to resume)")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma-separated rows to run (base always runs); default: all")
+    parser.add_argument("--families", default=None, help="comma-separated families; default: the size's")
+    parser.add_argument("--relabel_copies", type=int, default=1,
+                        help="relabelled variants: train each D_H1 response under this many fresh keys")
     args = parser.parse_args(argv)
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := sorted(set(args.variants) - set(VARIANTS)):
+        parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     Run(args).run()

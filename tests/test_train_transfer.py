@@ -83,6 +83,20 @@ def test_relabel_pool_sizes_give_a_curriculum(qwen3):
     assert len(set(relabel_keys(rows, qwen3, num_keys=3)["key"])) <= 3
 
 
+def test_relabel_copies_train_each_response_under_several_fresh_keys(qwen3):
+    original = _dcs(qwen3)
+    tripled = relabel_keys(original, qwen3, copies=3)
+    positives = [i for i, label in enumerate(original["label"]) if label]
+    assert len(tripled) == len(original) + 2 * len(positives)  # D_H0 rows once
+    assert tripled.select(range(len(original)))["key"] == relabel_keys(original, qwen3)["key"]
+    for i in positives:  # every copy of a response carries its own key, never the writing key
+        copies = [row for row in tripled if row["query"] == original[i]["query"]]
+        assert len(copies) == 3 and {row["generating_key"] for row in copies} == {original[i]["key"]}
+        assert len({row["key"] for row in copies} | {original[i]["key"]}) == 4
+    with pytest.raises(ValueError, match="relabel_copies"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_copies=0)
+
+
 def test_on_policy_batches_are_scored_along_the_students_own_tokens(tiny_qwen, tmp_path):
     model, tok = tiny_qwen
     config = SDLPConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, lmbda=1.0, max_response_length=9,
@@ -213,3 +227,21 @@ def test_synthesis_bias_shifts_the_tempered_logits_by_delta(tiny_qwen):
     green = green_mask(key, vocabulary(tok))
     width = len(green)
     assert np.allclose(shift[:width][green], delta, atol=1e-4) and np.allclose(shift[:width][~green], 0.0, atol=1e-4)
+
+
+def test_ablation_script_runs_its_base_row_end_to_end(tmp_path):
+    """scripts/ablation.py imports lazily, cell by cell: run the smallest table (tiny model, base row, WIP)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "ablation"
+    cmd = [sys.executable, str(ROOT / "scripts" / "ablation.py"), "--size", "tiny", "--model", "tiny",
+           "--variants", "base", "--families", "wip", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
+    table = (out / "ablation.md").read_text()
+    assert "| WIP | Base |" in table and "| SA |" not in table and "+SDLP" not in table
+    assert "Key-swap probe" in table and table.count("| WIP | Base | ") == 2  # main table and probe table
+    cells = sorted(path.name for path in (out / "cells").iterdir())
+    assert cells == ["dcs.json", "dose-wip.json", "eval-base-wip.json"]
+    rerun = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
+    assert "ablation: cell" not in rerun.stdout  # finished cells are never redone

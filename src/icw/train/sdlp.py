@@ -338,7 +338,7 @@ class SDLPTrainer(Trainer):
                     raise ValueError("relabel_keys needs D_cs before tokenization (the student prompt shows the key)")
                 return ds
             if relabel:
-                ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys)
+                ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys, args.relabel_copies)
             return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
                                     args.max_prompt_length)
 

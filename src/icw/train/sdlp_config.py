@@ -73,6 +73,9 @@ class SDLPConfig(TrainingArguments):
         relabel_num_keys (`int`, *optional*, defaults to `0`):
             With ``relabel_keys``: draw the fresh keys from a pool of this many training keys per
             family (0: a new key per row); 1, a few, then 0 make a curriculum.
+        relabel_copies (`int`, *optional*, defaults to `1`):
+            With ``relabel_keys``: train each ``D_H1`` response this many times, each time under its
+            own fresh key (more distinct key/response pairs from the same answers).
         lmbda (`float`, *optional*, defaults to `0.0`):
             Fraction of batches trained on-policy, as trl's GKD: the student samples the responses
             from instruction + query (transformers ``generate``) and the teacher (frozen base, query
@@ -142,6 +145,9 @@ class SDLPConfig(TrainingArguments):
     relabel_num_keys: int = field(
         default=0, metadata={"help": "With relabel_keys: draw the fresh keys from a pool of this many training keys "
                                      "per family (0: a new key per row)."})
+    relabel_copies: int = field(
+        default=1, metadata={"help": "With relabel_keys: train each D_H1 response this many times, each under its "
+                                     "own fresh key."})
     lmbda: float = field(
         default=0.0, metadata={"help": "Fraction of batches trained on-policy: the student samples the responses "
                                        "from instruction + query and the teacher scores them (as in trl's GKD)."})
@@ -155,6 +161,8 @@ class SDLPConfig(TrainingArguments):
         super().__post_init__()
         if not 0.0 <= self.lmbda <= 1.0:
             raise ValueError(f"lmbda is a fraction of batches: it must lie in [0, 1], got {self.lmbda}")
+        if self.relabel_copies < 1:
+            raise ValueError(f"relabel_copies must be >= 1, got {self.relabel_copies}")
         if self.relabel_num_keys < 0:
             raise ValueError(f"relabel_num_keys must be >= 0 (0: a fresh key per row), got {self.relabel_num_keys}")
 

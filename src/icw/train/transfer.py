@@ -46,7 +46,7 @@ def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, nu
     return ICWKey.create(key.family, new_seed, tokenizer if key.family != "sa" else None, **params)
 
 
-def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0) -> Any:
+def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0, copies: int = 1) -> Any:
     """``D_cs`` with every ``D_H1`` key replaced by :func:`relabel_key` (the writing key is kept in
     ``generating_key``); ``D_H0`` rows are unchanged.
 
@@ -55,15 +55,26 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0)
         tokenizer: the tokenizer TSP/WIP keys are built for.
         seed (`int`, defaults to 0): seed of the relabelling.
         num_keys (`int`, defaults to 0): draw from a pool of this many keys (0: a fresh key per row).
+        copies (`int`, defaults to 1): each ``D_H1`` row appears this many times, each under its own
+            fresh key (``D_H0`` rows once): more distinct key/response pairs from the same answers.
     """
+    import datasets
 
-    def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
-        old = row.get("key") or ""
-        if not (int(row.get("label", 1)) and old):
-            return {"key": old, "generating_key": old}
-        return {"key": relabel_key(old, tokenizer, index, seed, num_keys).to_string(), "generating_key": old}
+    def relabel(ds: Any, offset: int) -> Any:
+        def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
+            old = row.get("key") or ""
+            if not (int(row.get("label", 1)) and old):
+                return {"key": old, "generating_key": old}
+            return {"key": relabel_key(old, tokenizer, offset + index, seed, num_keys).to_string(),
+                    "generating_key": old}
 
-    return dataset.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
+        return ds.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
+
+    parts = [relabel(dataset, 0)]
+    if copies > 1:
+        positives = dataset.filter(lambda row: bool(int(row.get("label", 1)) and row.get("key")))
+        parts += [relabel(positives, copy * len(dataset)) for copy in range(1, copies)]
+    return datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
 class Rows:
