@@ -148,20 +148,25 @@ def judge_one(client: Any, query: str, response: str, attempts: int = 3) -> dict
         response (`str`): the answer to grade.
         attempts (`int`, defaults to 3): times to ask before giving up on an unparsable reply.
     """
-    prompt = JUDGE_PROMPT.format(query=query, response=response)
-    raw = None
-    error = None
+    return _ask(client, JUDGE_PROMPT.format(query=query, response=response), parse_judge, "scores",
+                "the judge's reply holds no four 1-5 scores", attempts)
+
+
+def _ask(client: Any, prompt: str, parse: Any, field: str, unreadable: str, attempts: int) -> dict[str, Any]:
+    """Ask ``client`` up to ``attempts`` times until ``parse`` reads the reply: ``{field: value, "raw": reply}``,
+    else ``{field: None, "raw": last reply, "error": why}``."""
+    raw = error = None
     for _ in range(attempts):
         try:
             raw = client.complete(prompt, max_tokens=80)
         except RuntimeError as err:
             error = str(err)
             continue
-        scores = parse_judge(raw)
-        if scores:
-            return {"scores": scores, "raw": raw}
-        error = "the judge's reply holds no four 1-5 scores"
-    return {"scores": None, "raw": raw, "error": error}
+        value = parse(raw)
+        if value is not None:
+            return {field: value, "raw": raw}
+        error = unreadable
+    return {field: None, "raw": raw, "error": error}
 
 
 def judge_family(store: Any, quality: Any, model_id: str, family: str, client: Any, attempts: int = 3) -> int:
@@ -279,20 +284,8 @@ def coverage_one(client: Any, original: str, rewritten: str, attempts: int = 3) 
         rewritten (`str`): the attacked answer.
         attempts (`int`, defaults to 3): times to ask before giving up on an unparsable reply.
     """
-    prompt = COVERAGE_PROMPT.format(original=original, rewritten=rewritten)
-    raw = None
-    error = None
-    for _ in range(attempts):
-        try:
-            raw = client.complete(prompt, max_tokens=80)
-        except RuntimeError as err:
-            error = str(err)
-            continue
-        score = parse_coverage(raw)
-        if score is not None:
-            return {"score": score, "raw": raw}
-        error = "the judge's reply holds no 1-5 coverage score"
-    return {"score": None, "raw": raw, "error": error}
+    return _ask(client, COVERAGE_PROMPT.format(original=original, rewritten=rewritten), parse_coverage, "score",
+                "the judge's reply holds no 1-5 coverage score", attempts)
 
 
 def coverage_tag(attack: str, judge: str) -> str:
