@@ -398,7 +398,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated rows to run (base always runs); default: all")
     parser.add_argument("--families", default=None, help="comma-separated families; default: the size's")
     parser.add_argument("--relabel_copies", type=int, default=1,
-                        help="relabelled variants: train each D_H1 response under this many fresh keys")
+                        help="relabelled variants: train each D_H1 response under this many fresh keys "
+                             "(cells are cached by name: give such a run its own --out)")
     args = parser.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     if unknown := sorted(set(args.variants) - set(VARIANTS)):
