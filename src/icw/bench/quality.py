@@ -81,6 +81,17 @@ def _qkey(record: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ judge
+def _json_objects(text: str) -> Any:
+    """Every flat JSON object (a dict) written anywhere in ``text``."""
+    for match in re.finditer(r"\{[^{}]*\}", text, flags=re.S):
+        try:
+            data = json.loads(match.group())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            yield data
+
+
 def parse_judge(text: str) -> dict[str, int] | None:
     """The four 1-5 scores from a judge reply, or None when they cannot be read.
 
@@ -115,15 +126,10 @@ def parse_judge(text: str) -> dict[str, int] | None:
             got[dim] = int(number)
         return got
 
-    for match in re.finditer(r"\{[^{}]*\}", text, flags=re.S):
-        try:
-            data = json.loads(match.group())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            found = valid({norm(k): v for k, v in data.items()})
-            if found:
-                return found
+    for data in _json_objects(text):
+        found = valid({norm(k): v for k, v in data.items()})
+        if found:
+            return found
     named = {}
     for dim in JUDGE_DIMENSIONS:
         pattern = dim.replace("_", r"[\s_-]*")
@@ -252,16 +258,11 @@ def parse_coverage(text: str) -> float | None:
             return None
         return number if 1.0 <= number <= 5.0 else None
 
-    for match in re.finditer(r"\{[^{}]*\}", text, flags=re.S):
-        try:
-            data = json.loads(match.group())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            norm = {re.sub(r"[^a-z]+", "_", str(k).lower()).strip("_"): v for k, v in data.items()}
-            for name in _NAMES:
-                if name in norm and (found := valid(norm[name])) is not None:
-                    return found
+    for data in _json_objects(text):
+        norm = {re.sub(r"[^a-z]+", "_", str(k).lower()).strip("_"): v for k, v in data.items()}
+        for name in _NAMES:
+            if name in norm and (found := valid(norm[name])) is not None:
+                return found
     cleaned = _SCALE.sub(" ", text)
     named = re.findall(rf"\b(?:coverage|score|rating)\b[^0-9\n]{{0,20}}?{_NUMBER}", cleaned, flags=re.I)
     if named:
