@@ -177,3 +177,64 @@ def test_synthesis_resumes_without_redoing_finished_rows(tiny_qwen, tmp_path):
     dataset = synthesize(config, model, tok, QUERIES)
     assert len(dataset) == 3 and log.read_text().splitlines()[0] == lines[0]
     assert sorted(dataset["id"]) == sorted(json.loads(line)["id"] for line in lines)
+
+
+# a recipe run in a real subprocess that SIGKILLs itself right after the given optimizer step (a real kill at a
+# known point, between two checkpoints, so the test never depends on timing)
+KILL_WRAPPER = """
+import os, runpy, signal, sys
+from transformers import Trainer, TrainerCallback
+
+class KillAfterStep(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == int(os.environ["ICW_TEST_KILL_AFTER_STEP"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+init = Trainer.__init__
+def patched(self, *args, **kwargs):
+    init(self, *args, **kwargs)
+    self.add_callback(KillAfterStep())
+Trainer.__init__ = patched
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _run_recipe(script: str, args: list[str], tmp_path: Path, kill_after: int | None = None) -> int:
+    wrapper = tmp_path / "kill_wrapper.py"
+    wrapper.write_text(KILL_WRAPPER)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "ICW_TEST_KILL_AFTER_STEP": str(kill_after or -1)}
+    proc = subprocess.run([sys.executable, str(wrapper), str(ROOT / "recipes" / script), *args],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode in ((-9,) if kill_after else (0,)), proc.stderr[-4000:]
+    return proc.returncode
+
+
+def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
+    state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    return [(h["step"], h["loss"], h.get("reward", 0.0)) for h in state["log_history"] if "loss" in h]
+
+
+@pytest.mark.parametrize("recipe", ["sdlp", "grpo"])
+def test_killed_run_resumes_with_the_same_curve(recipe, dcs, tiny_dir, tmp_path):
+    """A run SIGKILLed after step 3 (checkpoints every 2 steps) and started again with the same command resumes
+    from checkpoint-2 and ends with the loss (and reward) curve of an uninterrupted run, step for step."""
+    if recipe == "sdlp":
+        args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--per_device_train_batch_size",
+                "2", "--learning_rate", "1e-3", "--relabel_keys", "true", "--relabel_copies", "2"]
+    else:
+        args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--per_device_train_batch_size", "2",
+                "--num_generations", "2", "--max_completion_length", "8", "--min_completion_tokens", "2",
+                "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"]
+    args += ["--model_name_or_path", str(tiny_dir), "--dataset_name", str(dcs), "--max_steps", "6", "--logging_steps",
+             "1", "--save_strategy", "steps", "--save_steps", "2", "--resume_from_checkpoint", "last", "--seed", "3"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path)
+    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, kill_after=3)
+    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]  # died between checkpoints
+    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path)
+    expected, resumed = _history(whole, 6), _history(killed, 6)
+    assert [s for s, _, _ in resumed] == [1, 2, 3, 4, 5, 6]
+    for column in (1, 2):  # loss, reward
+        assert [r[column] for r in resumed] == pytest.approx([e[column] for e in expected], rel=1e-4, abs=1e-6)

@@ -90,6 +90,23 @@ def load_policy(model_args: Any) -> tuple[Any, Any]:
     return model.train(), tokenizer
 
 
+def resume_checkpoint(training_args: Any) -> str | None:
+    """What ``Trainer.train(resume_from_checkpoint=...)`` gets: a path as given, or for ``last`` (also ``true``,
+    ``auto``) the newest ``checkpoint-*`` of ``output_dir``, ``None`` while there is none, so the same command
+    starts a run and, after a kill, resumes it with the same data order, optimizer and RNG state.
+
+    Args:
+        training_args (`transformers.TrainingArguments`): gives ``resume_from_checkpoint`` and ``output_dir``.
+    """
+    value = training_args.resume_from_checkpoint
+    if isinstance(value, str) and value.lower() in ("last", "true", "auto"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        out = training_args.output_dir
+        return get_last_checkpoint(out) if out and Path(out).is_dir() else None
+    return value
+
+
 def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None) -> None:
     """Save the model and tokenizer; write the ICWBench model card when results are given; push if asked.
 

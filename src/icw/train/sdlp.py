@@ -347,7 +347,6 @@ class SDLPTrainer(Trainer):
                          train_dataset=prepare(train_dataset, args.relabel_keys), eval_dataset=prepare(eval_dataset),
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
         self.model_accepts_loss_kwargs = False  # our loss is already a batch mean; Trainer scales for accumulation
-        self._on_policy_rng = random.Random(args.seed)
         self.teacher_model = teacher_model
         if teacher_model is not None:
             if self.is_deepspeed_enabled:
@@ -363,8 +362,9 @@ class SDLPTrainer(Trainer):
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
         """With probability ``lmbda`` (as trl's GKD) the batch's responses are replaced by the student's own
-        samples before the usual SDLP step."""
-        if self.args.lmbda > 0 and self._on_policy_rng.random() < self.args.lmbda:
+        samples before the usual SDLP step. The draw depends on (seed, step) alone, so a resumed run makes the
+        same choices as an uninterrupted one."""
+        if self.args.lmbda > 0 and random.Random(f"{self.args.seed}:{self.state.global_step}").random() < self.args.lmbda:
             inputs = self.on_policy_batch(model, inputs)
         return super().training_step(model, inputs, num_items_in_batch)
 
@@ -451,12 +451,12 @@ def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTr
     the policy, train, save (and push, with the model card when results are given)."""
     from trl import get_peft_config
 
-    from .common import load_policy, save_and_push
+    from .common import load_policy, resume_checkpoint, save_and_push
 
     model, tokenizer = load_policy(model_args)
     dataset = script_args.load(seed=training_args.seed)
     trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,
                           peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer

@@ -16,7 +16,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from ..generation import user_message
 from ..keys import as_key
-from .common import DCSArguments, load_policy, save_and_push
+from .common import DCSArguments, load_policy, resume_checkpoint, save_and_push
 
 
 @dataclass
@@ -80,6 +80,6 @@ def main(script_args: DCSArguments, training_args: SFTConfig, model_args: ModelC
     trainer = SFTTrainer(model=model, args=training_args,
                          train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
     return trainer

@@ -1,0 +1,313 @@
+"""Where a training step's time goes: SDLP, GRPO and one paraphrase, phase by phase, beside the floor
+(plain ``model.generate`` of the same tokens), all in one process on the same model (issue 22).
+
+    .venv/bin/python benchmarks/train_step.py                        # SmolLM2-135M on CPU, LoRA r 16
+    .venv/bin/python benchmarks/train_step.py --steps 5 --completion-tokens 120 --generations 4
+    .venv/bin/python benchmarks/train_step.py --model tiny --steps 1 # a pipeline check in seconds
+
+Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat template).
+
+* floor: ``model.generate`` of ``--generations`` sampled completions of exactly
+  ``--completion-tokens`` new tokens (``min_new_tokens`` = ``max_new_tokens``) for one prompt, with
+  the KV cache, and one no-grad forward of those sequences;
+* SDLP: one :class:`~icw.train.sdlp.SDLPTrainer` step on ``--batch`` rows of ``--response-tokens``
+  tokens, split into collate / teacher forward / student forward / loss (chunked KL) / backward /
+  optimizer;
+* GRPO: one ``trl.GRPOTrainer`` step (``loss_type="grpo"``, the :class:`~icw.train.grpo.ICWReward`,
+  LoRA) on one prompt with ``--generations`` completions forced to ``--completion-tokens`` tokens, the
+  phases timed by wrapping the trainer's own methods: generation, reward, forward (policy log-probs),
+  backward, optimizer; "other" is the rest of the step;
+* paraphrase: one request of the paraphrase attack (:class:`~icw.bench.attacks.EndpointAttack`) through
+  :class:`~icw.bench.backends.ChatClient` to our OpenAI-compatible server on 127.0.0.1, beside
+  ``generate`` of the same number of tokens at batch 1.
+
+Each figure is the median over ``--steps`` measured steps after one warm-up step. Ratios are the
+issue's targets: GRPO step <= 3x its own generation floor; paraphrase <= 1.5x generate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import markdown_table  # noqa: E402
+
+QUERIES = ["How do bees make honey?", "Why is the sky blue?", "What causes the seasons?", "How do vaccines work?",
+           "Why do cats purr?", "How does a rainbow form?", "What makes bread rise?", "How do plants drink water?"]
+PARAPHRASE_SOURCE = ("Honey bees collect nectar from flowers and carry it back to the hive. Worker bees pass it "
+                     "from mouth to mouth, and enzymes break its sugars down. They fan it with their wings until "
+                     "most of the water evaporates, then seal each cell with wax. Because honey is acidic and low "
+                     "in water, microbes cannot grow in it, which is why it keeps for years.")
+
+
+class PhaseTimer:
+    """Wall time per named phase for the current step; ``wrap`` times every call of an object's method."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = defaultdict(float)
+        self.steps: list[dict[str, float]] = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.current[name] += time.perf_counter() - start
+
+    def wrap(self, obj: Any, method: str, name: str, when: Callable[[], bool] = lambda: True) -> None:
+        original = getattr(obj, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not when():
+                return original(*args, **kwargs)
+            with self.phase(name):
+                return original(*args, **kwargs)
+
+        setattr(obj, method, timed)
+
+    def end_step(self, total: float) -> None:
+        self.steps.append({**self.current, "total": total})
+        self.current = defaultdict(float)
+
+    def medians(self, skip: int = 1) -> dict[str, float]:
+        steps = self.steps[skip:] or self.steps
+        names = {n for s in steps for n in s}
+        return {n: statistics.median(s.get(n, 0.0) for s in steps) for n in names}
+
+
+def wip_rows(tokenizer: Any, n: int, seed: int = 100) -> list[dict[str, Any]]:
+    from icw import ICWKey
+
+    return [{"family": "wip", "key": ICWKey.create("wip", seed=seed + i, tokenizer=tokenizer).to_string(),
+             "query": QUERIES[i % len(QUERIES)], "label": 1} for i in range(n)]
+
+
+def floor(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, tokens: int, steps: int) -> dict:
+    """``generate`` of ``generations`` sampled completions of exactly ``tokens`` tokens, and one forward of them."""
+    import torch
+
+    ids = torch.tensor([prompt_ids] * generations)
+    gen_times, fwd_times = [], []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                 max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=tokenizer.pad_token_id)
+        gen_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with torch.no_grad():
+            model(input_ids=out, attention_mask=torch.ones_like(out))
+        fwd_times.append(time.perf_counter() - start)
+    return {"generate": statistics.median(gen_times[1:]), "forward": statistics.median(fwd_times[1:]),
+            "shape": f"{generations} x ({len(prompt_ids)} + {tokens})"}
+
+
+def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dict[str, float], str]:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from icw.train.sdlp import SDLPConfig, SDLPTrainer, _final_hidden, _head_fn, _unwrap, chunked_sdlp_loss
+
+    ids = tokenizer(PARAPHRASE_SOURCE * 8, add_special_tokens=False)["input_ids"][: args.response_tokens]
+    rows = [{**r, "response": "", "response_ids": ids} for r in wip_rows(tokenizer, args.batch)]
+    config = SDLPConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, top_k_wip=0,
+                        loss_chunk_size=512, max_response_length=args.response_tokens + 1, learning_rate=2e-4)
+    trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    policy = trainer.model
+    policy.train()
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=2e-4)
+    features = [trainer.train_dataset[i] for i in range(args.batch)]
+    timer = PhaseTimer()
+    gather = lambda h, pos: h.gather(1, pos[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
+    for _ in range(args.steps + 1):
+        start = time.perf_counter()
+        with timer.phase("collate"):
+            inputs = trainer.data_collator(features)
+        with timer.phase("teacher forward"), torch.no_grad(), _unwrap(policy).disable_adapter():
+            t_hidden = _final_hidden(policy, inputs["teacher_input_ids"], inputs["teacher_attention_mask"])
+        with timer.phase("student forward"):
+            s_hidden = _final_hidden(policy, inputs["student_input_ids"], inputs["student_attention_mask"])
+        with timer.phase("loss (chunked KL)"):
+            loss = chunked_sdlp_loss(gather(s_hidden, inputs["student_positions"]),
+                                     gather(t_hidden, inputs["teacher_positions"]), _head_fn(policy), _head_fn(policy),
+                                     inputs["response_mask"], inputs["bias_rows"], inputs["bias_values"],
+                                     inputs["bias_index"], inputs["top_k"], config.loss_chunk_size)
+        with timer.phase("backward"):
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with timer.phase("optimizer"):
+            optimizer.step()
+        timer.end_step(time.perf_counter() - start)
+    shape = (f"{args.batch} rows: teacher {len(features[0]['teacher_prompt_ids'])} + {len(features[0]['response_ids'])}, "
+             f"student {len(features[0]['student_prompt_ids'])} + {len(features[0]['response_ids'])} tokens")
+    return timer.medians(), shape
+
+
+def grpo_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dict[str, float], str]:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from icw.train.grpo import ICWReward, grpo_dataset
+
+    dataset = grpo_dataset(Dataset.from_list(wip_rows(tokenizer, args.steps + 1)), tokenizer)
+    config = GRPOConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, loss_type="grpo",
+                        learning_rate=1e-5, num_generations=args.generations,
+                        per_device_train_batch_size=args.generations, max_completion_length=args.completion_tokens,
+                        generation_kwargs={"min_new_tokens": args.completion_tokens}, max_steps=args.steps + 1,
+                        logging_steps=1000, save_strategy="no", disable_tqdm=True, seed=0,
+                        gradient_checkpointing=args.gradient_checkpointing)
+    timer = PhaseTimer()
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, *a: Any, **k: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_pre_optimizer_step(self, *a: Any, **k: Any) -> None:
+            self.opt = time.perf_counter()
+
+        def on_optimizer_step(self, *a: Any, **k: Any) -> None:
+            timer.current["optimizer"] += time.perf_counter() - self.opt
+
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            timer.end_step(time.perf_counter() - self.start)
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[ICWReward(tokenizer, min_completion_tokens=1)], args=config,
+                          train_dataset=dataset, processing_class=tokenizer, callbacks=[StepClock()],
+                          peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    timer.wrap(trainer, "_generate_single_turn", "generation")
+    timer.wrap(trainer, "_calculate_rewards", "reward")
+    timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (log-probs, grad)", torch.is_grad_enabled)
+    timer.wrap(trainer, "_get_per_token_logps_and_entropies", "forward (log-probs, no grad)",
+               lambda: not torch.is_grad_enabled())
+    timer.wrap(trainer.accelerator, "backward", "backward")
+    trainer.train()
+    prompt_len = len(prompt_ids(tokenizer, dataset[0]["prompt"][0]["content"]))
+    return timer.medians(), f"{args.generations} x ({prompt_len} + {args.completion_tokens}) tokens"
+
+
+def paraphrase(model: Any, tokenizer: Any, args: argparse.Namespace) -> dict[str, float]:
+    import torch
+
+    from icw.bench.attacks import EndpointAttack
+    from icw.rewriting import PARAPHRASE_PROMPT
+    from icw.bench.backends import ChatClient
+    from icw.bench.server import serve_in_thread
+
+    server, url = serve_in_thread(model, tokenizer, "smollm2")
+    try:
+        attack = EndpointAttack("paraphrase", ChatClient(url, "smollm2", temperature=0.0),
+                                max_tokens=args.completion_tokens)
+        attack_times, tokens = [], []
+        for _ in range(args.steps + 1):
+            start = time.perf_counter()
+            out, _ = attack([PARAPHRASE_SOURCE])
+            attack_times.append(time.perf_counter() - start)
+            tokens.append(len(tokenizer(out[0] or "", add_special_tokens=False)["input_ids"]))
+    finally:
+        server.shutdown()
+    n = max(1, int(statistics.median(tokens)))
+    ids = torch.tensor([prompt_ids(tokenizer, PARAPHRASE_PROMPT.replace("{text}", PARAPHRASE_SOURCE))])
+    gen = []
+    for _ in range(args.steps + 1):
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                           min_new_tokens=n, pad_token_id=tokenizer.pad_token_id)
+        gen.append(time.perf_counter() - start)
+    return {"paraphrase": statistics.median(attack_times[1:]), "generate": statistics.median(gen[1:]), "tokens": n}
+
+
+def prompt_ids(tokenizer: Any, content: str) -> list[int]:
+    from icw.generation import chat_prompt
+
+    return tokenizer(chat_prompt(tokenizer, content), add_special_tokens=False)["input_ids"]
+
+
+def load(name: str) -> tuple[Any, Any]:
+    from icw.models import load_model, load_tokenizer
+
+    if name == "tiny":
+        from icw.testing import tiny_random_model
+
+        tok = load_tokenizer("qwen3")
+        return tiny_random_model("qwen3"), tok
+    return load_model(name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a local folder, or tiny")
+    parser.add_argument("--steps", type=int, default=3, help="measured steps per section (after one warm-up)")
+    parser.add_argument("--batch", type=int, default=4, help="SDLP rows per step")
+    parser.add_argument("--response-tokens", type=int, default=112, help="SDLP response tokens per row")
+    parser.add_argument("--generations", type=int, default=4, help="GRPO completions per step (one prompt)")
+    parser.add_argument("--completion-tokens", type=int, default=120, help="GRPO completion / paraphrase tokens")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False,
+                        help="GRPO with gradient checkpointing (trl turns it off around generation)")
+    parser.add_argument("--sections", default="floor,sdlp,grpo,paraphrase")
+    args = parser.parse_args()
+    import torch
+
+    from icw import ICWKey
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sections = set(args.sections.split(","))
+    model, tok = load(args.model)
+    torch.manual_seed(0)
+    prompt = prompt_ids(tok, ICWKey.from_string(wip_rows(tok, 1)[0]["key"]).prompt(QUERIES[0], tok))
+    print(f"model {args.model}, torch {torch.__version__}, {torch.get_num_threads()} threads, load "
+          f"{os.getloadavg()[0]:.2f}; medians of {args.steps} steps after one warm-up\n", flush=True)
+    rows: list[list[Any]] = []
+    base = floor(model, tok, prompt, args.generations, args.completion_tokens, args.steps) if "floor" in sections else None
+    if base:
+        rows += [["floor", "generate (KV cache)", f"{base['generate']:.2f}", base["shape"]],
+                 ["floor", "forward, no grad", f"{base['forward']:.2f}", base["shape"]]]
+    if "sdlp" in sections:
+        import copy
+
+        phases, shape = sdlp_step(copy.deepcopy(model), tok, args)
+        rows += [["SDLP", name, f"{phases[name]:.2f}", shape if name == "total" else ""]
+                 for name in ("collate", "teacher forward", "student forward", "loss (chunked KL)", "backward",
+                              "optimizer", "total")]
+    grpo = None
+    if "grpo" in sections:
+        import copy
+
+        grpo, shape = grpo_step(copy.deepcopy(model), tok, args)
+        grpo["other"] = grpo["total"] - sum(v for k, v in grpo.items() if k != "total")
+        rows += [["GRPO", name, f"{grpo[name]:.2f}", shape if name == "total" else ""]
+                 for name in ("generation", "reward", "forward (log-probs, no grad)", "forward (log-probs, grad)",
+                              "backward", "optimizer", "other", "total") if name in grpo]
+    para = paraphrase(model, tok, args) if "paraphrase" in sections else None
+    if para:
+        rows += [["paraphrase", "one request through the local server", f"{para['paraphrase']:.2f}",
+                  f"{para['tokens']} new tokens"],
+                 ["paraphrase", "generate of the same tokens, batch 1", f"{para['generate']:.2f}", ""]]
+    print(markdown_table(["section", "phase", "median s", "shape"], rows))
+    print()
+    if grpo and base:
+        print(f"GRPO step / generate floor: {grpo['total'] / base['generate']:.2f}x (target <= 3x); "
+              f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
+    if para:
+        print(f"paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()

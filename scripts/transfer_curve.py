@@ -1,0 +1,195 @@
+"""Learning curves of SDLP on held-out keys (issue 22): one long, resumable run, probed every N steps.
+
+The data are the ablation's (``scripts/ablation.py``): ``D_cs`` on train questions and training keys,
+and the probe rows (held-out questions and keys, written by the base model under the bias). A run
+trains through ``recipes/sdlp.py`` with a checkpoint every ``--every`` steps; killed, the same command
+resumes from the newest checkpoint with the same data order. Then every checkpoint (and step 0, the
+base model) gets the key-swap probe (A / B / C / plain, mean and s.e. over rows) and, at the steps of
+``--auc_at``, held-out detection (instructed vs plain answers on held-out questions and keys: ROC-AUC,
+TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curves/<tag>/``.
+
+    .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8 --steps 600 --every 100
+    .venv/bin/python scripts/transfer_curve.py --out runs/curve --plot docs/transfer_curves.png   # all tags
+
+``--lora_r 0`` trains all weights (the frozen teacher is then a copy); ``--relabel_copies`` trains each
+``D_H1`` answer under that many fresh keys (prefix-free targets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ablation  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def train(args: argparse.Namespace, data: str, out: Path) -> None:
+    """The recipe, in a subprocess as a user runs it; resumes from the newest checkpoint of ``out``."""
+    cmd = [sys.executable, "recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
+           "--model_name_or_path", "smollm2", "--dataset_name", data, "--families", args.family,
+           "--output_dir", str(out), "--report_to", "none", "--seed", "0", "--use_cpu", "true", "--bf16", "false",
+           "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
+           "--learning_rate", str(args.lr), "--max_steps", str(args.steps), "--lr_scheduler_type", "constant",
+           "--per_device_train_batch_size", str(args.batch), "--max_response_length", str(args.train_tokens + 1),
+           "--loss_chunk_size", "512", "--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
+    if args.lora_r:
+        cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    print("transfer_curve: " + " ".join(cmd[1:]), flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+    (out / "command.txt").write_text(" ".join(cmd[1:]) + "\n")
+
+
+def checkpoints(out: Path) -> dict[int, Path]:
+    return {int(p.name.split("-")[1]): p for p in out.glob("checkpoint-*") if (p / "trainer_state.json").exists()}
+
+
+def load_checkpoint(path: Path, base: Any) -> Any:
+    """A checkpoint as a model: an adapter on (a copy of) the base, merged; or the full weights."""
+    import copy
+
+    if (path / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(copy.deepcopy(base), str(path)).merge_and_unload().eval()
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path)).eval()
+
+
+def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None) -> dict:
+    """Probe (WIP/TSP) and, at the ``--auc_at`` steps, held-out detection of one checkpoint; cached."""
+    cell = tag_dir / f"step-{step}.json"
+    if cell.exists():
+        return json.loads(cell.read_text())
+    from icw import ICWKey
+    from icw.train.probe import key_swap_probe, other_key
+
+    t0 = time.time()
+    base, tok = run.base()
+    model = base if path is None else load_checkpoint(path, base)
+    row: dict[str, Any] = {"step": step}
+    if args.family != "sa":
+        rows = run.dose()[args.family]["probe_rows"]
+        probe = key_swap_probe(model, tok, rows, base_model=base, max_response_tokens=args.train_tokens,
+                               other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i) for i, r in enumerate(rows)])
+        row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
+    if step in args.auc_at or (step == args.steps and -1 in args.auc_at):
+        row["detection"] = heldout_detection(run, model, tok, args)
+    row["seconds"] = round(time.time() - t0, 1)
+    cell.write_text(json.dumps(row))
+    print(f"transfer_curve: step {step}: " + json.dumps(row), flush=True)
+    return row
+
+
+def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Namespace) -> dict:
+    import numpy as np
+
+    from icw.detection import detection_report
+    from icw.generation import generate_responses
+    from icw.verification import verify
+
+    queries, keys = run.eval_items(args.family, args.num_eval)
+    gen = {"max_new_tokens": args.eval_tokens, "batch_size": 30}
+    pos = generate_responses(model, tok, queries, keys, "instruction", **gen)
+    neg = generate_responses(model, tok, queries, None, "plain", seed=1, **gen)
+    res = verify(pos, keys, tok, num_null_keys=1)
+    zp, zn = [r.z_score for r in res], [r.z_score for r in verify(neg, keys, tok, num_null_keys=1)]
+    rep = detection_report(zp, zn, num_bootstrap=1000)
+    return {"roc_auc": rep.roc_auc, "roc_auc_ci": list(rep.roc_auc_ci), "tpr_at_fpr": rep.tpr_at_fpr,
+            "tpr_at_fpr_ci": list(rep.tpr_at_fpr_ci), "num_positive": len(zp), "num_negative": len(zn),
+            "mean_z_instructed": float(np.mean(zp)), "mean_z_plain": float(np.mean(zn)),
+            "verdict_rate": float(np.mean([r.p_value <= 0.01 for r in res]))}
+
+
+def plot(out: Path, target: str) -> None:
+    """Probe B (and A, C, plain) against step for every tag under ``out/curves``; one PNG, one table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tags = sorted(p for p in (out / "curves").iterdir() if p.is_dir())
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR |",
+             "|---|---|---|---|---|---|---|---|"]
+    for tag in tags:
+        cells = sorted((json.loads(p.read_text()) for p in tag.glob("step-*.json")), key=lambda c: c["step"])
+        cells = [c for c in cells if "probe" in c]
+        if not cells:
+            continue
+        steps = [c["step"] for c in cells]
+        for ax, cond in zip(axes, ("B", "A"), strict=True):
+            mean = [c["probe"][cond][0] for c in cells]
+            se = [c["probe"][cond][1] for c in cells]
+            ax.errorbar(steps, mean, yerr=[2 * s for s in se], marker="o", capsize=3, label=tag.name)
+        for c in cells:
+            det = c.get("detection")
+            auc = (f"{det['roc_auc']:.3f} ({det['roc_auc_ci'][0]:.2f}-{det['roc_auc_ci'][1]:.2f})" if det else "")
+            tpr = f"{det['tpr_at_fpr']:.3f}" if det and det["num_negative"] >= 100 else ("n/e" if det else "")
+            lines.append(f"| {tag.name} | {c['step']} | " + " | ".join(
+                "{:+.3f} ± {:.3f}".format(*c["probe"][k]) for k in ("A", "B", "C", "plain")) + f" | {auc} | {tpr} |")
+    for ax, title in zip(axes, ("B: prompt K', scored on K' (reads the instruction)",
+                                "A: prompt K, scored on K"), strict=True):
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlabel("SDLP step")
+        ax.set_ylabel("log-odds lift over the base (± 2 s.e.)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(target, dpi=110)
+    print("\n".join(lines))
+    print(f"\nwrote {target}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/curve", help="the ablation folder whose D_cs and probe rows are used")
+    parser.add_argument("--tag", default="wip-r16-c8", help="this run's name (its folder under <out>/curves)")
+    parser.add_argument("--family", default="wip", choices=["wip", "tsp", "sa"])
+    parser.add_argument("--size", default="probe", choices=sorted(ablation.SIZES), help="the ablation size of the data")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--every", type=int, default=100, help="checkpoint and probe every this many steps")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank; 0 trains all weights")
+    parser.add_argument("--relabel_copies", type=int, default=8)
+    parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
+    parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
+    parser.add_argument("--eval_tokens", type=int, default=160)
+    parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
+    parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
+    args = parser.parse_args(argv)
+    args.auc_at = {int(s) for s in args.auc_at.split(",") if s.strip()}
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out = Path(args.out)
+    if args.plot:
+        plot(out, args.plot)
+        return
+    run = ablation.Run(argparse.Namespace(size=args.size, device="cpu", model="smollm2", out=str(out), stop_after=0,
+                                          variants=["base"], families=args.family, relabel_copies=args.relabel_copies))
+    args.train_tokens = run.size.train_tokens
+    data = run.dcs()
+    run.dose()
+    model_dir = out / "models" / args.tag
+    tag_dir = out / "curves" / args.tag
+    tag_dir.mkdir(parents=True, exist_ok=True)
+    if not args.no_train:
+        train(args, data, model_dir)
+    evaluate(run, args, tag_dir, 0, None)
+    for step, path in sorted(checkpoints(model_dir).items()):
+        evaluate(run, args, tag_dir, step, path)
+
+
+if __name__ == "__main__":
+    main()
