@@ -204,9 +204,9 @@ def paraphrase(model: Any, tokenizer: Any, args: argparse.Namespace) -> dict[str
     import torch
 
     from icw.bench.attacks import EndpointAttack
-    from icw.rewriting import PARAPHRASE_PROMPT
     from icw.bench.backends import ChatClient
     from icw.bench.server import serve_in_thread
+    from icw.rewriting import PARAPHRASE_PROMPT
 
     server, url = serve_in_thread(model, tokenizer, "smollm2")
     try:

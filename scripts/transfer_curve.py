@@ -9,6 +9,8 @@ base model) gets the key-swap probe (A / B / C / plain, mean and s.e. over rows)
 TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curves/<tag>/``.
 
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8 --steps 600 --every 100
+    .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8-grpo --grpo_from wip-r16-c8 \
+        --steps 100 --every 25                                    # GRPO from that run's last checkpoint
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --plot docs/transfer_curves.png   # all tags
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy); ``--relabel_copies`` trains each
@@ -32,9 +34,18 @@ import ablation  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _recipe(cmd: list[str], out: Path) -> None:
+    """A recipe in a subprocess, as a user runs it (it resumes from the newest checkpoint of ``out``)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    print("transfer_curve: " + " ".join(cmd), flush=True)
+    subprocess.run([sys.executable, *cmd], cwd=ROOT, env=env, check=True)
+    (out / "command.txt").write_text(" ".join(cmd) + "\n")
+
+
 def train(args: argparse.Namespace, data: str, out: Path) -> None:
-    """The recipe, in a subprocess as a user runs it; resumes from the newest checkpoint of ``out``."""
-    cmd = [sys.executable, "recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
+    """SDLP with relabelled keys through ``recipes/sdlp.py``, a checkpoint every ``--every`` steps."""
+    cmd = ["recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
            "--model_name_or_path", "smollm2", "--dataset_name", data, "--families", args.family,
            "--output_dir", str(out), "--report_to", "none", "--seed", "0", "--use_cpu", "true", "--bf16", "false",
            "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
@@ -43,11 +54,30 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
            "--loss_chunk_size", "512", "--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
     if args.lora_r:
         cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    print("transfer_curve: " + " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
-    (out / "command.txt").write_text(" ".join(cmd[1:]) + "\n")
+    _recipe(cmd, out)
+
+
+def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> None:
+    """GRPO (trl ``loss_type="grpo"``, the verifier's z as reward, LoRA) from the merged model ``start``."""
+    _recipe(["recipes/grpo.py", "--config", "recipes/configs/smollm2-135m/grpo.yaml", "--model_name_or_path",
+             str(start), "--dataset_name", data, "--families", args.family, "--output_dir", str(out), "--seed", "0",
+             "--max_steps", str(args.steps), "--save_steps", str(args.every), "--logging_steps", "5",
+             "--resume_from_checkpoint", "last", "--num_generations", str(args.generations),
+             "--per_device_train_batch_size", str(args.generations), "--max_completion_length",
+             str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
+             "--learning_rate", str(args.lr), "--lora_r", str(args.lora_r or 16), "--gradient_checkpointing", "false",
+             "--lora_alpha", str(2 * (args.lora_r or 16))], out)
+
+
+def merged(tag_dir: Path, base: Any, tok: Any) -> Path:
+    """The newest checkpoint of a run merged into full weights (``<run>/merged``), the start of GRPO."""
+    path = tag_dir / "merged"
+    if not (path / "config.json").exists():
+        step, ckpt = max(checkpoints(tag_dir).items())
+        load_checkpoint(ckpt, base).save_pretrained(path)
+        tok.save_pretrained(path)
+        (path / "icw_from_checkpoint.txt").write_text(f"{ckpt}\n")
+    return path
 
 
 def checkpoints(out: Path) -> dict[int, Path]:
@@ -58,11 +88,16 @@ def load_checkpoint(path: Path, base: Any) -> Any:
     """A checkpoint as a model: an adapter on (a copy of) the base, merged; or the full weights."""
     import copy
 
+    from transformers import AutoModelForCausalLM
+
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
-        return PeftModel.from_pretrained(copy.deepcopy(base), str(path)).merge_and_unload().eval()
-    from transformers import AutoModelForCausalLM
+        # GRPO's adapters sit on a merged SDLP model, SDLP's on the base
+        start = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
+        model = AutoModelForCausalLM.from_pretrained(start) if (Path(start) / "config.json").exists() \
+            else copy.deepcopy(base)
+        return PeftModel.from_pretrained(model, str(path)).merge_and_unload().eval()
 
     return AutoModelForCausalLM.from_pretrained(str(path)).eval()
 
@@ -112,6 +147,14 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
             "verdict_rate": float(np.mean([r.p_value <= 0.01 for r in res]))}
 
 
+def training_log(model_dir: Path) -> list[dict]:
+    """The trainer's log history at its newest checkpoint (empty when there is none)."""
+    found = checkpoints(model_dir)
+    if not found:
+        return []
+    return json.loads((found[max(found)] / "trainer_state.json").read_text())["log_history"]
+
+
 def plot(out: Path, target: str) -> None:
     """Probe B (and A, C, plain) against step for every tag under ``out/curves``; one PNG, one table."""
     import matplotlib
@@ -120,7 +163,7 @@ def plot(out: Path, target: str) -> None:
     import matplotlib.pyplot as plt
 
     tags = sorted(p for p in (out / "curves").iterdir() if p.is_dir())
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR |",
              "|---|---|---|---|---|---|---|---|"]
     for tag in tags:
@@ -129,6 +172,10 @@ def plot(out: Path, target: str) -> None:
         if not cells:
             continue
         steps = [c["step"] for c in cells]
+        history = training_log(out / "models" / tag.name)
+        signal = "reward" if any("reward" in h for h in history) else "loss"
+        logged = [h for h in history if signal in h]
+        axes[2].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})")
         for ax, cond in zip(axes, ("B", "A"), strict=True):
             mean = [c["probe"][cond][0] for c in cells]
             se = [c["probe"][cond][1] for c in cells]
@@ -140,10 +187,11 @@ def plot(out: Path, target: str) -> None:
             lines.append(f"| {tag.name} | {c['step']} | " + " | ".join(
                 "{:+.3f} ± {:.3f}".format(*c["probe"][k]) for k in ("A", "B", "C", "plain")) + f" | {auc} | {tpr} |")
     for ax, title in zip(axes, ("B: prompt K', scored on K' (reads the instruction)",
-                                "A: prompt K, scored on K"), strict=True):
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xlabel("SDLP step")
-        ax.set_ylabel("log-odds lift over the base (± 2 s.e.)")
+                                "A: prompt K, scored on K", "training loss (SDLP) / mean reward z (GRPO)"), strict=True):
+        if ax is not axes[2]:
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_ylabel("log-odds lift over the base (± 2 s.e.)")
+        ax.set_xlabel("training step")
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -161,12 +209,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--every", type=int, default=100, help="checkpoint and probe every this many steps")
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for SDLP, 1e-5 for GRPO")
     parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank; 0 trains all weights")
     parser.add_argument("--relabel_copies", type=int, default=8)
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
     parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
     parser.add_argument("--eval_tokens", type=int, default=160)
+    parser.add_argument("--grpo_from", help="a finished SDLP tag: run GRPO from its newest checkpoint instead")
+    parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (one prompt a step)")
+    parser.add_argument("--completion_tokens", type=int, default=120, help="GRPO completion length")
     parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
     parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
     args = parser.parse_args(argv)
@@ -184,7 +235,13 @@ def main(argv: list[str] | None = None) -> None:
     model_dir = out / "models" / args.tag
     tag_dir = out / "curves" / args.tag
     tag_dir.mkdir(parents=True, exist_ok=True)
-    if not args.no_train:
+    if args.lr is None:
+        args.lr = 1e-5 if args.grpo_from else 2e-4
+    if args.no_train:
+        pass
+    elif args.grpo_from:
+        train_grpo(args, data, merged(out / "models" / args.grpo_from, *run.base()), model_dir)
+    else:
         train(args, data, model_dir)
     evaluate(run, args, tag_dir, 0, None)
     for step, path in sorted(checkpoints(model_dir).items()):

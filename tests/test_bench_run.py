@@ -157,8 +157,16 @@ def test_bias_mode_heldout_template_and_key_seeds(tmp_path, bench, tiny_backend)
                       query_dataset=str(other), query_column="prompt"), tiny_backend)
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def test_killed_cli_run_resumes_without_repeats_or_losses(tmp_path, bench, tiny_qwen):
-    """A real `icw bench run` process interrupted with SIGINT, then killed with SIGKILL, then rerun."""
+    """A real `icw bench run` process interrupted with SIGINT, stopped with SIGTERM, killed with SIGKILL, then rerun.
+
+    The child gets default signal dispositions whatever the suite inherited (a shell started in the background
+    ignores SIGINT, and so would a child that inherited that)."""
     model, tok = tiny_qwen
     folder = tmp_path / "tiny-model"
     model.save_pretrained(folder)
@@ -169,8 +177,9 @@ def test_killed_cli_run_resumes_without_repeats_or_losses(tmp_path, bench, tiny_
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     path = out / RESPONSES
     history = []
-    for how, lines_before_kill in ((signal.SIGINT, 2), (signal.SIGKILL, 4)):
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for how, lines_before_kill in ((signal.SIGINT, 2), (signal.SIGTERM, 4), (signal.SIGKILL, 6)):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_default_signals)
         deadline = time.time() + 120
         while time.time() < deadline and (not path.exists() or len(path.read_text().splitlines()) < lines_before_kill):
             time.sleep(0.02)
@@ -178,8 +187,8 @@ def test_killed_cli_run_resumes_without_repeats_or_losses(tmp_path, bench, tiny_
         _, err = proc.communicate(timeout=60)
         saved = load_records(out)
         assert lines_before_kill <= len(saved) < 8, "the signal should land mid-run"
-        if how == signal.SIGINT:
-            assert proc.returncode == 130 and "Run the same command to resume" in err
+        if how != signal.SIGKILL:  # Ctrl-C and SIGTERM both end cleanly, with 128 + the signal's number
+            assert proc.returncode == 128 + how and "Run the same command to resume" in err, err[-2000:]
         history.append({ResultStore.key(r): r["response"] for r in saved})
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

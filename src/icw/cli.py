@@ -11,7 +11,9 @@ import argparse
 import contextlib
 import importlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -32,6 +34,17 @@ _COMMAND_MODULES = {
 }
 _USER_ERRORS = (ICWKeyError, KeyMismatchError, TextTooLongError, MissingAssetError, ValueError, TypeError,
                 FileNotFoundError, UnicodeDecodeError)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (how schedulers, containers and ``kill`` stop a job), handled like Ctrl-C: finished work is
+    kept and the command ends with exit status 143 (128 + 15) instead of 130."""
+
+    exit_status = 143
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def _key_new(args: argparse.Namespace) -> None:
@@ -324,14 +337,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), "")  # the top level has no option with a value
     args = build_parser(command).parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
         args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("icw: interrupted; finished work is kept, rerun the same command to resume", file=sys.stderr)
-        return 130
+        return getattr(err, "exit_status", 130)
     except _USER_ERRORS as err:
         print(f"icw: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

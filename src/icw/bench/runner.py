@@ -479,10 +479,10 @@ def _run_command(args: argparse.Namespace) -> None:
     config = config_from_args(args)
     try:
         out = run(config)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (icw.cli.Terminated, exit status 143)
         print(f"\nicw: interrupted; finished items are saved in {config.out}/{RESPONSES}. "
               "Run the same command to resume.", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(getattr(err, "exit_status", 130)) from None
     print(f"results in {out / RESPONSES}; summarise with: icw bench report {out}")
 
 
