@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/train_step.py                        # SmolLM2-135M on CPU, LoRA r 16
     .venv/bin/python benchmarks/train_step.py --steps 5 --completion-tokens 120 --generations 4
-    .venv/bin/python benchmarks/train_step.py --model tiny --steps 1 # a pipeline check in seconds
+    .venv/bin/python benchmarks/train_step.py --quick                # a pipeline check (tiny random model)
 
 Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat template).
 
@@ -249,7 +249,7 @@ def load(name: str) -> tuple[Any, Any]:
     return load_model(name)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a local folder, or tiny")
     parser.add_argument("--steps", type=int, default=3, help="measured steps per section (after one warm-up)")
@@ -261,7 +261,11 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False,
                         help="GRPO with gradient checkpointing (trl turns it off around generation)")
     parser.add_argument("--sections", default="floor,sdlp,grpo,paraphrase")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny random model, one step, 16 tokens")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.model, args.steps, args.batch, args.generations = "tiny", 1, 2, 2
+        args.response_tokens = args.completion_tokens = 16
     import torch
 
     from icw import ICWKey
@@ -307,6 +311,7 @@ def main() -> None:
               f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
     if para:
         print(f"paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
+    return {"floor": base, "grpo": grpo, "paraphrase": para, "rows": rows}
 
 
 if __name__ == "__main__":

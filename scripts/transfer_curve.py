@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
         train_grpo(args, data, merged(out / "models" / args.grpo_from, *run.base()), model_dir)
     else:
         train(args, data, model_dir)
-    evaluate(run, args, tag_dir, 0, None)
+    if not args.grpo_from:  # GRPO's step 0 is the SDLP run's last step, probed there
+        evaluate(run, args, tag_dir, 0, None)
     for step, path in sorted(checkpoints(model_dir).items()):
         evaluate(run, args, tag_dir, step, path)
 

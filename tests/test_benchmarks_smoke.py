@@ -92,3 +92,13 @@ def test_detect_memory_quick(capsys):
     assert [(r["family"], r["mb"]) for r in rows] == [("sa", 0.0), ("sa", 0.01)]
     assert rows[1]["scored"] > 20 and all(r["rss_mb"] > 50 for r in rows)
     assert len(_rows(capsys.readouterr().out)) == 2
+
+
+def test_train_step_quick(capsys):
+    results = _load("train_step").main(["--quick"])
+    rows = _rows(capsys.readouterr().out)
+    assert [r[0] for r in rows].count("SDLP") == 7 and rows[9][:2] == ["GRPO", "generation"]
+    assert all(float(r[2]) >= 0 for r in rows)
+    grpo = results["grpo"]
+    # the wrapped phases are parts of the step the trainer timed
+    assert grpo["generation"] > 0 and grpo["backward"] > 0 and grpo["total"] >= grpo["generation"] + grpo["backward"]
