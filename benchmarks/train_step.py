@@ -162,6 +162,7 @@ def grpo_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from icw.train.common import fp32_without_native_bf16
     from icw.train.grpo import ICWReward, grpo_dataset
 
     dataset = grpo_dataset(Dataset.from_list(wip_rows(tokenizer, args.steps + 1)), tokenizer)
@@ -171,6 +172,7 @@ def grpo_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
                         generation_kwargs={"min_new_tokens": args.completion_tokens}, max_steps=args.steps + 1,
                         logging_steps=1000, save_strategy="no", disable_tqdm=True, seed=0,
                         gradient_checkpointing=args.gradient_checkpointing)
+    fp32_without_native_bf16(config)  # as the recipes do: trl's bf16 default is several times slower here
     timer = PhaseTimer()
 
     class StepClock(TrainerCallback):

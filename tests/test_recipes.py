@@ -165,3 +165,21 @@ def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
     assert main(["train", "sdlp", "--no_such_field", "1"]) == 2
     assert main(["train", "sft", "--no_such_field", "1"]) == 2
 
+
+
+def test_trl_bf16_default_becomes_fp32_on_a_cpu_without_native_bf16():
+    import torch
+
+    from icw.train.common import fp32_without_native_bf16
+
+    if torch.cuda.is_available() or torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this machine runs bf16 natively: the setting is kept")
+    # trl's GRPOConfig defaults bf16 to true; the SmolLM2 GRPO YAML without its `bf16: false` line gets it
+    args = grpo.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--bf16", "true"])[1]
+    assert args.bf16 and args.mixed_precision == "bf16"
+    with pytest.warns(UserWarning, match="no native bf16"):
+        fp32_without_native_bf16(args)
+    assert not args.bf16 and args.mixed_precision == "no"
+    fp32_without_native_bf16(args)  # fp32 stays fp32, silently
+    assert args.mixed_precision == "no"

@@ -451,8 +451,9 @@ def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTr
     the policy, train, save (and push, with the model card when results are given)."""
     from trl import get_peft_config
 
-    from .common import load_policy, resume_checkpoint, save_and_push
+    from .common import fp32_without_native_bf16, load_policy, resume_checkpoint, save_and_push
 
+    fp32_without_native_bf16(training_args)
     model, tokenizer = load_policy(model_args)
     dataset = script_args.load(seed=training_args.seed)
     trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,
