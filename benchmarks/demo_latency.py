@@ -36,7 +36,8 @@ QUERY = "Why is the sky blue?"
 
 
 def load_app():
-    """Import the Space's app.py (it builds its page on import; no server is started)."""
+    """Import the Space's app.py (it builds its page on import; no server is started). It also puts
+    the Space's folder on ``sys.path``, so its rooms (``demo_generation``, ...) import after it."""
     if "icw_space_app" not in sys.modules:
         spec = importlib.util.spec_from_file_location("icw_space_app", APP)
         module = importlib.util.module_from_spec(spec)
@@ -61,7 +62,9 @@ def main(argv: list[str] | None = None) -> dict:
     from icw.models import load_model, load_tokenizer
     from icw.testing import tiny_random_model
 
-    app = load_app()
+    load_app()
+    from demo_generation import generate_batch
+    from demo_keys import kgw_config
     if args.quick:
         model, tok = tiny_random_model("qwen3"), load_tokenizer("qwen3")
         name, args.max_new_tokens, args.repeats = "tiny random Qwen3", 8, 1
@@ -78,8 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
                                batch_size=1, generation_kwargs=forced)
 
     def batched(kgw: bool) -> None:
-        for _ in app.generate_batch(model, tok, QUERY, key, max_new_tokens=n, sampling=forced,
-                                    kgw=app.kgw_config(key.seed) if kgw else None):
+        for _ in generate_batch(model, tok, QUERY, key, max_new_tokens=n, sampling=forced,
+                                kgw=kgw_config(key.seed) if kgw else None):
             pass
 
     batched(False)  # warm-up (first-call allocations, the key's masks)

@@ -20,10 +20,10 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -n "$BUNDLE" ]; then
-  # A Space repo's root holds app.py, README.md and requirements.txt; icw rides along until
+  # A Space repo's root holds app.py (and the modules beside it), README.md and requirements.txt; icw rides along until
   # it is installable from PyPI.
   mkdir -p "$BUNDLE"
-  cp spaces/icw-demo/app.py spaces/icw-demo/README.md spaces/icw-demo/requirements.txt "$BUNDLE"/
+  cp spaces/icw-demo/*.py spaces/icw-demo/README.md spaces/icw-demo/requirements.txt "$BUNDLE"/
   rm -rf "$BUNDLE/icw"
   cp -r src/icw "$BUNDLE/icw"
   find "$BUNDLE/icw" -name __pycache__ -type d -prune -exec rm -rf {} +

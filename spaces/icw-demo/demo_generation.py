@@ -1,0 +1,290 @@
+"""Generation: all answers written as ONE streamed ``generate`` batch, its time estimate, the Stop button,
+and the Watermark-and-detect callback that checks the inputs, streams the batch and verifies the answers."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gradio as gr
+import torch
+from demo_common import (
+    MAX_NEW_TOKENS,
+    MAX_QUERY_CHARS,
+    MODES,
+    UserInputError,
+    cap,
+    default_model,
+    friendly,
+    get_model,
+    parse_alpha,
+    parse_int,
+)
+from demo_detection import highlight_help, render_rows, unscored
+from demo_keys import build_key, check_key_tokenizer, kgw_config, parse_key
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteriaList,
+    WatermarkingConfig,
+    WatermarkLogitsProcessor,
+)
+from transformers.generation.streamers import BaseStreamer
+
+from icw.generation import DEFAULT_SAMPLING, chat_prompt, prompt_overflow, user_message
+from icw.keys import ICWKey
+from icw.processors import logits_processor
+from icw.verification import DEFAULT_ALPHA
+
+
+# ------------------------------------------------------------------------------ one batch
+class RowsLogitsProcessor(LogitsProcessor):
+    """Apply ``processor`` to some rows of the batch only; the other rows' logits pass unchanged.
+
+    This is how one ``generate`` call writes the plain, instructed, ICW-biased and KGW answers
+    together: each bias acts on its own row, and a stateful processor (SA) sees a fixed sub-batch.
+    """
+
+    def __init__(self, processor: Any, rows: list[int]) -> None:
+        self.processor, self.rows = processor, torch.tensor(rows, dtype=torch.long)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows = self.rows.to(scores.device)
+        out = scores.clone()
+        out[rows] = self.processor(input_ids[rows], scores[rows])
+        return out
+
+
+class _BatchStreamer(BaseStreamer):
+    """Collects each generated token of every row (``TextIteratorStreamer`` handles one row only)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() first sends the prompt ids
+            self._prompt_seen = True
+            return
+        self.queue.put(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        self.queue.put(None)
+
+
+class _StopWhenSet:
+    """A stopping criterion that ends generation once any of ``events`` is set."""
+
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        done = any(e.is_set() for e in self.events)
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+
+def sampling_kwargs(temperature: float = DEFAULT_SAMPLING["temperature"], top_p: float = DEFAULT_SAMPLING["top_p"],
+                    greedy: bool = False) -> dict[str, Any]:
+    if greedy:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p)}
+
+
+def batch_rows(tok: Any, query: str, key: ICWKey, kgw: bool) -> tuple[list[str], list[str]]:
+    """(row names, chat prompts): plain, instructed, ICW-biased, and KGW-biased when asked."""
+    rows = [mode for mode, _, _ in MODES] + (["kgw"] if kgw else [])
+    prompts = [chat_prompt(tok, user_message(query, key, "instruction" if row == "instruction" else "plain", tok))
+               for row in rows]
+    return rows, prompts
+
+
+def generate_batch(model: Any, tok: Any, query: str, key: ICWKey, *, delta: float | None = None,
+                   max_new_tokens: int = 120, sampling: dict[str, Any] | None = None, seed: int = 0,
+                   kgw: WatermarkingConfig | None = None, stop: threading.Event | None = None,
+                   ) -> Iterator[tuple[list[str], int, bool]]:
+    """Write all answers in ONE ``generate`` call; yield (texts so far, tokens written, finished).
+
+    The final texts are decoded from the returned sequences exactly as
+    :func:`icw.generation.generate_responses` decodes them.
+    """
+    rows, prompts = batch_rows(tok, query, key, kgw is not None)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    device = next(model.parameters()).device
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    processors = LogitsProcessorList([RowsLogitsProcessor(logits_processor(key, tok, delta), [rows.index("bias")])])
+    if kgw is not None:
+        kgw_proc = WatermarkLogitsProcessor(vocab_size=model.config.vocab_size, device=device, **kgw.to_dict())
+        processors.append(RowsLogitsProcessor(kgw_proc, [rows.index("kgw")]))
+    streamer, abandoned = _BatchStreamer(), threading.Event()
+    stop = stop or threading.Event()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            torch.manual_seed(int(seed))
+            with torch.inference_mode():
+                box["out"] = model.generate(
+                    **enc, logits_processor=processors, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
+                    streamer=streamer, stopping_criteria=StoppingCriteriaList([_StopWhenSet(stop, abandoned)]),
+                    **(sampling or sampling_kwargs()))
+        except BaseException as err:  # re-raised in the caller's thread
+            box["error"] = err
+            streamer.end()
+
+    thread = threading.Thread(target=work, daemon=True, name="icw-generate")
+    thread.start()
+    ids: list[list[int]] = [[] for _ in rows]
+    finished = [False] * len(rows)
+    eos = {tok.eos_token_id, tok.pad_token_id} - {None}
+    steps, last = 0, 0.0
+    try:
+        while (step := streamer.queue.get()) is not None:
+            steps += 1
+            for i, token in enumerate(step):
+                if not finished[i]:
+                    ids[i].append(token)
+                    finished[i] = token in eos
+            if time.monotonic() - last > 0.25:  # a few UI updates per second are enough
+                last = time.monotonic()
+                yield [tok.decode(r, skip_special_tokens=True) for r in ids], steps, False
+    finally:  # also runs when gradio closes this generator on cancel: free the CPU at once
+        abandoned.set()
+        thread.join()
+    if "error" in box:
+        raise box["error"]
+    texts = tok.batch_decode(box["out"][:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    yield [t.strip() for t in texts], steps, True
+
+
+# ------------------------------------------------------------------- how long, and Stop
+#: Seconds per decoding step of a batch, per (model, rows): measured, so the page can say how long a run takes.
+_STEP_SECONDS: dict[tuple[str, int], float] = {}
+
+
+def step_seconds(model_name: str, model: Any, tok: Any, rows: int) -> float:
+    """Seconds one decoding step of ``rows`` answers takes here (a short timed run the first time)."""
+    if (model_name, rows) not in _STEP_SECONDS:
+        enc = tok(["Hello"] * rows, return_tensors="pt")
+        with torch.inference_mode():
+            model.generate(**enc, max_new_tokens=2, do_sample=False, pad_token_id=tok.pad_token_id or tok.eos_token_id)
+            start = time.perf_counter()
+            model.generate(**enc, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                           pad_token_id=tok.pad_token_id or tok.eos_token_id)
+        _STEP_SECONDS[(model_name, rows)] = (time.perf_counter() - start) / 8
+    return _STEP_SECONDS[(model_name, rows)]
+
+
+def _remember_speed(model_name: str, rows: int, seconds: float, steps: int) -> None:
+    if steps >= 8:  # a real run's speed (long prompts included) replaces the short probe
+        _STEP_SECONDS[(model_name, rows)] = seconds / steps
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+#: One stop flag per browser session, set by the Stop button.
+_STOPS: dict[str, threading.Event] = {}
+
+
+def _session(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "default"
+
+
+def request_stop(request: gr.Request = None) -> None:
+    """Stop button: the running generation ends after its current token; what was written is
+    still verified and shown."""
+    event = _STOPS.get(_session(request))
+    if event is not None:
+        event.set()
+
+
+# --------------------------------------------------------------- the Generate callback
+def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: int) -> None:
+    overflow = prompt_overflow(model, tok, [key.prompt(query, tok)], max_new_tokens)
+    if overflow is not None:
+        n, limit = overflow
+        hint = (" Lower the TSP candidate pool or gamma, or Max new tokens." if key.family == "tsp"
+                else " Shorten the query or lower Max new tokens.")
+        raise UserInputError(f"The instructed prompt is {n:,} tokens; with {max_new_tokens} new tokens it exceeds "
+                             f"this model's context of {limit:,} tokens.{hint}")
+
+
+def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any,
+                         length: Any, key_string: str, delta: float, model_name: str, max_new_tokens: int,
+                         alpha: float = DEFAULT_ALPHA, temperature: float = DEFAULT_SAMPLING["temperature"],
+                         top_p: float = DEFAULT_SAMPLING["top_p"], greedy: bool = False, sample_seed: Any = 0,
+                         kgw: bool = True, request: gr.Request = None):
+    """Answer the query three ways (plain, instructed, biased) plus the KGW baseline in ONE batch,
+    streaming, then verify each answer.
+
+    Yields the status line, then per answer (highlighted text, verdict) for plain, instructed,
+    ICW-biased and KGW, then the details as JSON.
+    """
+    blank: list[tuple[str, str | None]] = []
+    outputs: list[Any] = ["", blank, "", blank, "", blank, "", blank, "", None]
+    model_name = (model_name or default_model()).strip()
+    try:
+        query = (query or "").strip()
+        if not query:
+            raise UserInputError("Type a question first, e.g. “Why is the sky blue?”.")
+        query, notice = cap(query, MAX_QUERY_CHARS, "query")
+        alpha = parse_alpha(alpha)
+        sample_seed = parse_int(sample_seed, "sampling seed")
+        key = parse_key(key_string) if key_string and key_string.strip() else build_key(
+            family, seed, gamma, pool_size, num_letters, length, model_name)
+        model, tok = get_model(model_name)
+        check_key_tokenizer(key, tok, "generate")
+        max_new_tokens = max(1, min(int(max_new_tokens), MAX_NEW_TOKENS))
+        _prompt_fits(model, tok, key, query, max_new_tokens)
+        delta = float(delta) if delta else None
+        sampling = sampling_kwargs(temperature, top_p, bool(greedy))
+    except UserInputError as err:
+        outputs[0] = friendly(err)
+        yield tuple(outputs)
+        return
+    prefix = (notice + "\n\n") if notice else ""
+    n_rows = 3 + bool(kgw)
+    per_step = step_seconds(model_name, model, tok, n_rows)
+    what = "three answers" + (" and the KGW baseline" if kgw else "")
+    outputs[0] = (f"{prefix}Writing {what} as one batch, up to {max_new_tokens} tokens each, with {model_name}: "
+                  f"about {_seconds(per_step * max_new_tokens)} on this machine ({per_step:.2f} s per token step).")
+    yield tuple(outputs)
+    stop = _STOPS[_session(request)] = threading.Event()
+    start = time.perf_counter()
+    kgw_cfg = kgw_config(key.seed) if kgw else None
+    try:
+        for texts, steps, done in generate_batch(model, tok, query, key, delta=delta, max_new_tokens=max_new_tokens,
+                                                 sampling=sampling, seed=sample_seed, kgw=kgw_cfg, stop=stop):
+            for i, text in enumerate(texts):
+                outputs[1 + 2 * i] = unscored(text)
+            if not done:
+                left = max(0.0, (max_new_tokens - steps) * per_step)
+                outputs[0] = (f"{prefix}Writing {what} as one batch: token {steps} of {max_new_tokens}, "
+                              f"at most {_seconds(left)} left.")
+                yield tuple(outputs)
+    except (ValueError, TypeError) as err:
+        raise gr.Error(str(err), title="Please check your input") from None
+    elapsed = time.perf_counter() - start
+    _remember_speed(model_name, n_rows, elapsed, steps)
+    details: dict[str, Any] = {
+        "key": key.to_string(), "model": model_name, "alpha": alpha, "sampling": {**sampling, "seed": sample_seed},
+        "answers": [{"mode": mode, "text": text} for (mode, _, _), text in zip(MODES, texts, strict=False)],
+        "kgw": {"text": texts[3], "seed": key.seed, "config": kgw_cfg.to_dict()} if kgw else None,
+        "seconds": round(elapsed, 2),
+    }
+    outputs[1:9] = render_rows(details, key, tok, alpha, model)
+    if stop.is_set():
+        details["stopped"] = True
+        outputs[0] = (f"{prefix}Stopped after {steps} of {max_new_tokens} tokens ({elapsed:.0f} s): the answers are "
+                      f"cut short and verified as they stand, with the key `{key.to_string()}`.")
+    else:
+        outputs[0] = (f"{prefix}✔ Done in {elapsed:.0f} s: {what} to the same query in one batch, verified with the "
+                      f"key `{key.to_string()}`. Highlights: {highlight_help(key)}.")
+    outputs[9] = details
+    yield tuple(outputs)
