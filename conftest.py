@@ -29,11 +29,8 @@ _NEEDS_EXTRA = {
     "src/icw/bench": ("datasets", "sklearn"),  # bench
     "src/icw/evaluate_metrics.py": ("datasets", "evaluate"),  # bench
     "src/icw/publish.py": ("datasets", "evaluate"),  # bench
-    "src/icw/metrics": ("datasets", "evaluate"),  # bench
     "src/icw/train": ("datasets", "trl"),  # train
 }
 
 collect_ignore = [path for path, modules in _NEEDS_EXTRA.items()
                   if any(importlib.util.find_spec(m) is None for m in modules)]
-# The metric Spaces' app.py files share one basename (and launch a Gradio app): not doctest modules.
-collect_ignore_glob = ["src/icw/metrics/*/app.py"]

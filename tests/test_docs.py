@@ -42,7 +42,7 @@ SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", ";;"}
 #: `icw` sub-commands cheap enough to run for real in the test (seconds, offline, writing only to the cwd).
 CHEAP = {("--help",), ("key", "new"), ("vocab",), ("detect",), ("bench", "build"), ("bench", "push"),
          ("hub", "publish-metrics"), ("hub", "metric-path")}
-REPO_PATH = re.compile(r"^(?:recipes|scripts|benchmarks|tests|spaces|src|docs)/\S+$")
+REPO_PATH = re.compile(r"^(?:recipes|scripts|benchmarks|tests|spaces|src|docs|metrics|model_cards)/\S+$")
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 The rules, kept simple on purpose:
 
-* Modules: every module of the ``icw`` package, plus the bundled metric scripts
-  (``icw/metrics/<name>/<name>.py``). A module whose optional extra is not installed is skipped,
+* Modules: every module of the ``icw`` package, plus the metric scripts
+  (``metrics/<name>/<name>.py``, found as the installation carries them: :mod:`icw.bundled`). A module whose optional extra is not installed is skipped,
   as the root ``conftest.py`` does for doctests; the metric Spaces' ``app.py`` files launch a
   Gradio app on import and are left out.
 * Public callables: the module's ``__all__`` when it has one, otherwise every function and class
@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 
 import icw
+from icw.bundled import METRICS_PACKAGE, bundled_folder
 
-PACKAGE_DIR = Path(icw.__file__).parent
 #: Distributions of the optional extras: a module that fails to import one of them is skipped.
 OPTIONAL = {"sklearn", "datasets", "evaluate", "trl", "peft", "accelerate", "gradio", "scipy", "lm_eval",
             "vllm", "huggingface_hub", "gguf"}
@@ -68,7 +68,9 @@ def _modules() -> list:
         module = _import(info.name)
         if module is not None:
             modules.append(module)
-    for script in sorted((PACKAGE_DIR / "metrics").glob("*/*.py")):
+    scripts = sorted(bundled_folder(METRICS_PACKAGE).glob("*/*.py"))
+    assert scripts, "no metric scripts found"
+    for script in scripts:
         if script.name != "app.py":
             module = _import(f"_icw_metric_script_{script.stem}", script)
             if module is not None:

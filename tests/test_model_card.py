@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +14,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from icw.cards import eval_results_files, model_card
+from icw.cards import eval_results, eval_results_files, model_card
 from icw.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,3 +157,54 @@ def test_adapter_instruction_card_says_what_ran(tmp_path):
     assert "a peft/lora adapter over `HuggingFaceTB/SmolLM2-135M-Instruct`" in card.text
     assert "Positives are answers to queries that carry the key's ICW instruction" in card.text
     assert "Bias mode" not in card.text and "WIP 30/30" in card.text
+
+
+def _generator():
+    """``model_cards/generate.py`` as a module."""
+    spec = importlib.util.spec_from_file_location("model_cards_generate", ROOT / "model_cards" / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_published_cards_are_what_their_kept_results_give():
+    """Each published card (a model_cards/<model>/ folder with card.yaml) keeps the results.json it is
+    generated from, and its README.md and .eval_results are exactly what generate.py makes of them."""
+    generate = _generator()
+    folders = generate.published_cards()
+    assert "smollm2-135m-instruct" in {f.name for f in folders}  # at least the base model's card
+    check = subprocess.run([sys.executable, str(ROOT / "model_cards" / "generate.py"), "--check"],
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.count("up to date") == len(folders)
+    from icw.cli import build_parser
+
+    for folder in folders:
+        options = generate.card_options(folder)
+        card = ModelCard.load(folder / "README.md")
+        want = {(r.dataset_config, r.metric_type): r.metric_value
+                for r in eval_results(folder / "results.json", options.get("dataset_id"))}
+        assert want and {(r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results} == want
+        assert options.get("commands"), f"{folder.name}/card.yaml must say how its results were made"
+        for command in options["commands"]:
+            assert command in card.text
+            words = shlex.split(command)
+            if Path(words[0]).name == "icw":
+                build_parser().parse_args(words[1:])  # the card's commands run as printed
+
+
+def test_generate_check_finds_a_stale_card(tmp_path):
+    generate = _generator()
+    folder = tmp_path / "card"
+    shutil.copytree(ROOT / "model_cards" / "smollm2-135m-instruct", folder)
+    assert generate.stale_files(folder) == []
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    results["families"]["wip"]["roc_auc"] = 0.987
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    assert {"README.md", ".eval_results/icwbench_roc_auc.yaml"} <= set(generate.stale_files(folder))
+    assert generate.regenerate([folder], check=True) == 1
+    assert generate.regenerate([folder]) == 0 and generate.stale_files(folder) == []
+    assert any(r.metric_value == 0.987 for r in ModelCard.load(folder / "README.md").data.eval_results)
+    (folder / "card.yaml").write_text("model_id: m\nlicence: mit\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="unknown keys \\['licence'\\]"):
+        generate.card_options(folder)

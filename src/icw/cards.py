@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .bench.dataset import ICWBENCH_ID
+from .bundled import CARD_TEMPLATES_PACKAGE, bundled_folder
 from .citation import BIBTEX, PAPER_AUTHORS, PAPER_TITLE
 from .detection import upgrade_summary
 from .jsonl import read_json_object
@@ -21,15 +22,17 @@ from .keys import FAMILY_NAMES, check_family
 
 #: The ICWBench dataset's Hub id (:data:`icw.bench.dataset.ICWBENCH_ID`); a card cites it only when the run used it.
 DEFAULT_DATASET_ID = ICWBENCH_ID
-_PACKAGE_DIR = Path(__file__).resolve().parent
+#: The template's file name in ``model_cards/templates/`` (:data:`icw.bundled.CARD_TEMPLATES_PACKAGE`).
+TEMPLATE_NAME = "model_card.md"
 
 
 def model_card_template() -> Path:
-    """The Jinja template behind :func:`model_card` (package data: ``src/icw/model_cards/template.md``)."""
-    template = _PACKAGE_DIR / "model_cards" / "template.md"
+    """The Jinja template behind :func:`model_card`: the repository's ``model_cards/templates/model_card.md``
+    in a checkout, the copy an installed wheel carries otherwise."""
+    template = bundled_folder(CARD_TEMPLATES_PACKAGE) / TEMPLATE_NAME
     if template.is_file():
         return template
-    raise FileNotFoundError("the model card template is missing from icw/model_cards; reinstall icw")
+    raise FileNotFoundError(f"the model card template {template} is missing; reinstall icw")
 
 
 #: (results field, model-index metric type, label); the TPR label names the rate it was read at
@@ -148,6 +151,10 @@ def run_description(results: dict[str, Any], base_model: str | None, adapter: An
     if small:
         caveats.append(f"Small samples ({', '.join(small)} positives/negatives): the 95% intervals are wide; "
                        "the paper's test split has 477 queries per family.")
+    unestimable = [f"{f.upper()} {stats['tpr_at_fpr_note']}" for f, stats in results["families"].items()
+                   if stats.get("tpr_at_fpr") is None and stats.get("tpr_at_fpr_note")]
+    if unestimable:
+        caveats.append(f"TPR at the fixed FPR reads n/a where it cannot be estimated ({'; '.join(unestimable)}).")
     if results.get("num_failed"):
         caveats.append(f"{results['num_failed']} generations failed and are left out of the scores.")
     if used and not dataset_id and not _is_hub_id(used):
@@ -217,7 +224,8 @@ def _upgrade(stats: Any) -> Any:
 
 
 def model_card(results: dict | str | Path, base_model: str | None = None, adapter: bool | str | None = None,
-               model_id: str | None = None, dataset_id: str | None = None, license: str | None = None) -> Any:
+               model_id: str | None = None, dataset_id: str | None = None, license: str | None = None,
+               notes: list[str] | None = None, commands: list[str] | None = None) -> Any:
     """Build a :class:`huggingface_hub.ModelCard` from ``icw bench report`` results.
 
     ``adapter`` (``True`` or a description such as ``"peft/lora"``) marks a PEFT adapter over
@@ -232,6 +240,10 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
         model_id (`str`, *optional*): the repository the card describes.
         dataset_id (`str`, *optional*): the benchmark dataset's Hub id.
         license (`str`, *optional*): the card's license identifier.
+        notes (`list[str]`, *optional*): facts about the run that ``results`` does not record (e.g. which
+            weights were loaded), listed under "What was run".
+        commands (`list[str]`, *optional*): the commands that produced ``results``, shown so that a
+            reader can rerun them.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -267,23 +279,25 @@ def model_card(results: dict | str | Path, base_model: str | None = None, adapte
     return ModelCard.from_template(
         card_data, template_path=str(model_card_template()), model_id=model_id, base_model=base_model,
         adapter=str(adapter) if adapter else None, dataset_id=dataset_id, rows=rows, what=what,
-        mode=what["mode"], max_new_tokens=results.get("max_new_tokens"),
-        paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
+        mode=what["mode"], max_new_tokens=results.get("max_new_tokens"), notes=list(notes or ()),
+        commands=list(commands or ()), paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
 
 
 def eval_results_files(results: dict | str | Path, dataset_id: str | None = None,
-                       source_url: str | None = None) -> dict[str, list[dict[str, Any]]]:
+                       source_url: str | None = None, date: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """The Hub's ``.eval_results/<name>.yaml`` entries, one file per ICWBench metric.
 
     Args:
         results (`dict`, `str` or `Path`): ICWBench results, or the path of their ``results.json``.
         dataset_id (`str`, *optional*): the benchmark dataset's Hub id.
         source_url (`str`, *optional*): where the results came from, recorded in each entry.
+        date (`str`, *optional*): the entries' date, ``YYYY-MM-DD`` (default: today); a kept card
+            passes the date of its run, so that regenerating it changes nothing.
     """
     results = _load_results(results)
     dataset_id = _dataset_id(results, dataset_id)
-    today = _dt.date.today().isoformat()
+    today = str(date) if date else _dt.date.today().isoformat()
     files: dict[str, list[dict[str, Any]]] = {}
     for field, metric_type, label in _METRICS_IN_CARD:
         entries = []
@@ -301,12 +315,13 @@ def eval_results_files(results: dict | str | Path, dataset_id: str | None = None
     return files
 
 
-def write_model_card(results: dict | str | Path, out_dir: str | Path, **kwargs: Any) -> Path:
+def write_model_card(results: dict | str | Path, out_dir: str | Path, date: str | None = None, **kwargs: Any) -> Path:
     """Write ``README.md`` and ``.eval_results/*.yaml`` into ``out_dir``; returns the README path.
 
     Args:
         results (`dict`, `str` or `Path`): ICWBench results, or the path of their ``results.json``.
         out_dir (`str` or `Path`): the model folder to write into.
+        date (`str`, *optional*): the ``.eval_results`` entries' date (default: today).
         **kwargs: passed to :func:`model_card`.
     """
     import yaml
@@ -316,6 +331,6 @@ def write_model_card(results: dict | str | Path, out_dir: str | Path, **kwargs: 
     (out / ".eval_results").mkdir(parents=True, exist_ok=True)
     readme = out / "README.md"
     card.save(readme)
-    for name, entries in eval_results_files(results, kwargs.get("dataset_id")).items():
+    for name, entries in eval_results_files(results, kwargs.get("dataset_id"), date=date).items():
         (out / ".eval_results" / name).write_text(yaml.safe_dump(entries, sort_keys=False), encoding="utf-8")
     return readme

@@ -1,7 +1,9 @@
 """Publishing to the Hugging Face Hub: the evaluate metrics as Gradio Spaces, and the ``icw hub`` command.
 
-* ``icw hub publish-metrics --org ORG [--dry-run]`` uploads each metric folder as a Gradio Space,
-  whose ``app.py`` runs :func:`metric_demo` (evaluate's own widget is broken on gradio >= 4).
+* ``icw hub publish-metrics --org ORG [--dry-run]`` uploads each metric folder (``metrics/<name>``)
+  unchanged as a Gradio Space, whose ``app.py`` runs :func:`metric_demo` (evaluate's own widget is
+  broken on gradio >= 4), plus the icw package as ``icw/`` beside it: icw is not on PyPI, so the
+  Space's ``requirements.txt`` names only what is.
 * ``icw hub model-card RESULTS_JSON --out DIR`` writes a model card (:mod:`icw.cards`).
 * ``icw hub metric-path NAME`` prints a bundled metric folder, for ``evaluate.load``.
 """
@@ -20,6 +22,12 @@ from .verification import DEFAULT_ALPHA
 
 # icw.cards (numpy, scikit-learn), evaluate and gradio load inside the commands that use them, so
 # that `icw hub ...` and every other `icw` command start without them.
+
+#: The icw package folder (``src/icw`` in a checkout, the installed package otherwise).
+_PACKAGE_DIR = Path(__file__).resolve().parent
+#: Folders of the installed package a Space does not need: the metric folders (the Space is one of
+#: them) and the card templates, which a wheel carries as data packages, and byte code.
+_NOT_FOR_SPACES = {"_bundled_metrics", "_card_templates", "__pycache__"}
 
 
 def _split_texts(blob: str) -> list[str]:
@@ -95,6 +103,9 @@ def publish_metrics(org: str, names: Sequence[str] = METRICS, dry_run: bool = Fa
                     token: str | None = None) -> list[dict[str, Any]]:
     """Upload each bundled metric folder as a Gradio Space ``<org>/<name>``; returns the plan.
 
+    A Space gets its folder's files unchanged and the icw package as ``icw/`` beside them
+    (:func:`space_package_files`), in one commit. The plan lists both, with sizes, per Space.
+
     Args:
         org (`str`): the Hub user or organization that owns the Spaces.
         names (`Sequence[str]`, defaults to all four metrics): the bundled metrics to publish.
@@ -104,23 +115,45 @@ def publish_metrics(org: str, names: Sequence[str] = METRICS, dry_run: bool = Fa
     """
     if not org or "/" in org:
         raise ValueError(f"--org must be a user or organization name without '/', got {org!r}")
+    package = space_package_files()
     plan = []
     for name in names:
         folder = Path(metric_path(name))
-        files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        files = _listing(folder, _files(folder))
         plan.append({"repo_id": f"{org}/{name}", "repo_type": "space", "space_sdk": "gradio", "folder": str(folder),
-                     "files": [{"path": str(p.relative_to(folder)), "bytes": p.stat().st_size} for p in files]})
+                     "files": files, "package": str(_PACKAGE_DIR), "package_files": package})
     if dry_run:
         return plan
-    from huggingface_hub import HfApi
+    from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi(token=token)
     for item in plan:
         api.create_repo(item["repo_id"], repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
-        api.upload_folder(folder_path=item["folder"], repo_id=item["repo_id"], repo_type="space",
-                          ignore_patterns=["__pycache__/*", "*.pyc"], commit_message="Upload icw metric")
+        ops = [CommitOperationAdd(path_in_repo=f["path"], path_or_fileobj=str(Path(item["folder"], f["path"])))
+               for f in item["files"]]
+        ops += [CommitOperationAdd(path_in_repo=f["path"], path_or_fileobj=str(_PACKAGE_DIR.parent / f["path"]))
+                for f in item["package_files"]]
+        api.create_commit(item["repo_id"], ops, repo_type="space", commit_message="Upload icw metric")
         item["url"] = f"https://huggingface.co/spaces/{item['repo_id']}"
     return plan
+
+
+def _files(folder: Path, skip: frozenset[str] | set[str] = frozenset({"__pycache__"})) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix != ".pyc"
+                  and not skip.intersection(p.relative_to(folder).parts))
+
+
+def _listing(base: Path, files: list[Path]) -> list[dict[str, Any]]:
+    return [{"path": p.relative_to(base).as_posix(), "bytes": p.stat().st_size} for p in files]
+
+
+def space_package_files() -> list[dict[str, Any]]:
+    """The icw package files a metric Space carries as ``icw/`` next to its ``app.py``, with their sizes.
+
+    icw is not on PyPI, so a Space cannot install it from ``requirements.txt``; the app imports
+    this copy instead (a Space runs ``app.py`` from the repository root).
+    """
+    return _listing(_PACKAGE_DIR.parent, _files(_PACKAGE_DIR, _NOT_FOR_SPACES))
 
 
 def _cli_publish(args: argparse.Namespace) -> None:
@@ -128,7 +161,8 @@ def _cli_publish(args: argparse.Namespace) -> None:
     for item in plan:
         verb = "would upload" if args.dry_run else "uploaded"
         files = ", ".join(f"{f['path']} ({f['bytes']:,} B)" for f in item["files"])
-        print(f"{verb} {item['folder']} -> space {item['repo_id']}: {files}")
+        package = f"{len(item['package_files'])} files, {sum(f['bytes'] for f in item['package_files']):,} B"
+        print(f"{verb} {item['folder']} -> space {item['repo_id']}: {files}; and {item['package']} as icw/ ({package})")
 
 
 def _cli_model_card(args: argparse.Namespace) -> None:
