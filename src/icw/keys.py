@@ -82,6 +82,7 @@ def _letters(name: str, value: Any) -> str:
 
 
 def _raw(family: str, seed: int, n: int) -> np.ndarray:
+    """``n`` raw 64-bit draws of the PCG64 stream of ``(family, seed)``."""
     seq = np.random.SeedSequence([_FAMILY_CODE[family], int(seed)])
     return np.random.PCG64(seq).random_raw(n)
 
@@ -140,51 +141,87 @@ class ICWKey:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "family", check_family(self.family))
-        if self.seed is not None:
-            if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-                raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r:.60}")
-            object.__setattr__(self, "seed", int(self.seed))
+        self._check_seed()
+        self._refuse_other_families_params()
+        if self.family == "tsp":
+            self._normalize_tsp()
+        elif self.family == "wip":
+            self._normalize_wip()
+        else:
+            self._normalize_sa()
+        self._check_tokenizer_fields()
+        self._check_complete()
+
+    # ------------------------------------------------------------------ validation
+    def _set(self, name: str, value: Any) -> None:
+        """Set a field of this frozen key (normalization in ``__post_init__`` only)."""
+        object.__setattr__(self, name, value)
+
+    def _check_seed(self) -> None:
+        """``seed`` is None or a non-negative integer; NumPy integers become ``int``."""
+        if self.seed is None:
+            return
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ICWKeyError(f"seed must be a non-negative integer, got {self.seed!r:.60}")
+        self._set("seed", int(self.seed))
+
+    def _refuse_other_families_params(self) -> None:
+        """Parameters of the other families keep their defaults: given to the wrong family, they are an error."""
         fam = self.family
         for owner, defaults in _FAMILY_PARAMS.items():
             for attr, default in defaults.items():
                 if owner != fam and getattr(self, attr) != default:
                     raise ICWKeyError(f"{attr} is a {owner.upper()} key parameter, not a {fam.upper()} one "
                                       f"(got {attr}={getattr(self, attr)!r})")
-        if fam == "tsp":
-            gamma = self.gamma
-            if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.number)) or not 0.0 < gamma < 1.0:
-                raise ICWKeyError(f"TSP gamma must be a number strictly between 0 and 1, got {gamma!r:.60}")
-            object.__setattr__(self, "gamma", float(gamma))
-            if self.pool_size is not None:
-                object.__setattr__(self, "pool_size", _whole("pool_size", self.pool_size, 10, MAX_POOL_SIZE))
-        if fam == "wip":
-            if self.letters is not None:
-                letters = "".join(sorted(set(_letters("letters", self.letters))))
-                if len(letters) >= 26:
-                    raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r:.60}")
-                object.__setattr__(self, "letters", letters)
-                if self.num_letters not in (13, len(letters)):  # 13: the default, i.e. not given
-                    raise ICWKeyError(f"WIP num_letters={self.num_letters!r} contradicts letters={self.letters!r}")
-            object.__setattr__(self, "num_letters", _whole("num_letters", len(letters) if self.letters else
-                                                           self.num_letters, 1, 25))
-        if fam == "sa":
-            if self.secret is not None:
-                secret = _letters("secret", self.secret)
-                if not 1 <= len(secret) <= 63:
-                    raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r:.80}")
-                object.__setattr__(self, "secret", secret)
-                if self.length not in (18, len(secret)):  # 18: the default, i.e. not given
-                    raise ICWKeyError(f"SA length={self.length!r} contradicts secret={self.secret!r}")
-            object.__setattr__(self, "length", _whole("length", len(self.secret) if self.secret else self.length,
-                                                      1, 63))
+
+    def _normalize_tsp(self) -> None:
+        """TSP: ``gamma`` a float strictly between 0 and 1; ``pool_size`` None or a whole number in range."""
+        gamma = self.gamma
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.number)) or not 0.0 < gamma < 1.0:
+            raise ICWKeyError(f"TSP gamma must be a number strictly between 0 and 1, got {gamma!r:.60}")
+        self._set("gamma", float(gamma))
+        if self.pool_size is not None:
+            self._set("pool_size", _whole("pool_size", self.pool_size, 10, MAX_POOL_SIZE))
+
+    def _normalize_wip(self) -> None:
+        """WIP: explicit ``letters`` upper-cased, sorted and distinct, and ``num_letters`` their count (1-25)."""
+        if self.letters is not None:
+            letters = "".join(sorted(set(_letters("letters", self.letters))))
+            if len(letters) >= 26:
+                raise ICWKeyError(f"WIP letters must be 1-25 distinct letters A-Z, got {self.letters!r:.60}")
+            self._set("letters", letters)
+            if self.num_letters not in (13, len(letters)):  # 13: the default, i.e. not given
+                raise ICWKeyError(f"WIP num_letters={self.num_letters!r} contradicts letters={self.letters!r}")
+        count = len(self.letters) if self.letters else self.num_letters
+        self._set("num_letters", _whole("num_letters", count, 1, 25))
+
+    def _normalize_sa(self) -> None:
+        """SA: an explicit ``secret`` upper-cased (1-63 letters), and ``length`` its length (1-63)."""
+        if self.secret is not None:
+            secret = _letters("secret", self.secret)
+            if not 1 <= len(secret) <= 63:
+                raise ICWKeyError(f"SA secret must be 1-63 letters A-Z, got {self.secret!r:.80}")
+            self._set("secret", secret)
+            if self.length not in (18, len(secret)):  # 18: the default, i.e. not given
+                raise ICWKeyError(f"SA length={self.length!r} contradicts secret={self.secret!r}")
+        self._set("length", _whole("length", len(self.secret) if self.secret else self.length, 1, 63))
+
+    def _check_tokenizer_fields(self) -> None:
+        """``tokenizer`` and ``vocab`` are None or strings."""
         for name in ("tokenizer", "vocab"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise ICWKeyError(f"key field {name} must be a string, got {getattr(self, name)!r:.60}")
+
+    def _check_complete(self) -> None:
+        """The key has its material's source (a seed, or explicit letters or secret) and, for TSP and WIP,
+        its tokenizer."""
+        fam = self.family
         explicit = self.letters if fam == "wip" else self.secret if fam == "sa" else None
         if self.seed is None and explicit is None:
             raise ICWKeyError(f"a {fam} key needs a seed" + (" or explicit material" if fam != "tsp" else ""))
         if fam in ("tsp", "wip") and not (self.tokenizer and self.vocab):
-            raise ICWKeyError(f"a {fam} key needs the tokenizer it is used with: build it with ICWKey.create(..., tokenizer=...)")
+            raise ICWKeyError(f"a {fam} key needs the tokenizer it is used with: "
+                              "build it with ICWKey.create(..., tokenizer=...)")
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -261,6 +298,7 @@ class ICWKey:
         return self._cache["T"]
 
     def _need(self, family: str) -> None:
+        """Refuse to give material of another family than this key's."""
         if self.family != family:
             raise ICWKeyError(f"this is a {self.family} key, not a {family} key")
 
@@ -316,6 +354,7 @@ class ICWKey:
         return out
 
     def to_json(self) -> str:
+        """The :meth:`to_dict` fields as a JSON object (sorted keys)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     def to_string(self) -> str:
@@ -330,6 +369,7 @@ class ICWKey:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ICWKey:
+        """Build a key from :meth:`to_dict` output; unknown fields are refused."""
         if not isinstance(data, dict) or "family" not in data:
             raise ICWKeyError("a key needs at least a 'family' field")
         allowed = {"family", "seed", "gamma", "pool_size", "num_letters", "length", "letters", "secret", "tokenizer", "vocab"}
@@ -346,33 +386,10 @@ class ICWKey:
         if not isinstance(text, str) or not text.strip():
             raise ICWKeyError(f"a key must be a non-empty string like 'icw:sa:seed=7,length=18', got {text!r}")
         text = text.strip()
-        if text.startswith("{"):
-            try:
-                data = json.loads(text, object_pairs_hook=_unique_fields)
-            except json.JSONDecodeError as err:
-                raise ICWKeyError(f"malformed JSON key: {err.msg} at column {err.colno}") from None
-            except RecursionError:
-                raise ICWKeyError("malformed JSON key: nested too deeply") from None
-            return cls.from_dict(data)
-        pieces = text.split(":", 2)
-        if len(pieces) != 3 or pieces[0] != _PREFIX:
-            raise ICWKeyError(f"malformed key {text[:80]!r}: expected 'icw:<family>:name=value,...'")
-        data: dict[str, Any] = {"family": pieces[1]}
-        ints, floats = {"seed", "pool_size", "num_letters", "length"}, {"gamma"}
-        for item in filter(None, pieces[2].split(",")):
-            name, sep, value = item.partition("=")
-            if not sep:
-                raise ICWKeyError(f"malformed key field {item!r} in {text[:80]!r}: expected name=value")
-            value = unquote(value)
-            if name in data:
-                raise ICWKeyError(f"key field {name} is given twice in {text[:80]!r}")
-            try:
-                data[name] = int(value) if name in ints else float(value) if name in floats else value
-            except ValueError:
-                raise ICWKeyError(f"key field {name} must be a number, got {value!r}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(_parse_json_key(text) if text.startswith("{") else _parse_key_string(text))
 
     def with_params(self, **changes: Any) -> ICWKey:
+        """A copy with some fields changed (validated like a new key)."""
         return replace(self, **changes)
 
 
@@ -384,6 +401,47 @@ def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ICWKeyError(f"key field {name} is given twice")
         data[name] = value
     return data
+
+
+def _parse_json_key(text: str) -> Any:
+    """The fields of a JSON key (:meth:`ICWKey.to_json`); a malformed document is an :class:`ICWKeyError`."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_fields)
+    except json.JSONDecodeError as err:
+        raise ICWKeyError(f"malformed JSON key: {err.msg} at column {err.colno}") from None
+    except RecursionError:
+        raise ICWKeyError("malformed JSON key: nested too deeply") from None
+
+
+#: Key fields whose string form (:meth:`ICWKey.to_string`) holds a number.
+_INT_FIELDS = frozenset(("seed", "pool_size", "num_letters", "length"))
+_FLOAT_FIELDS = frozenset(("gamma",))
+
+
+def _parse_key_string(text: str) -> dict[str, Any]:
+    """The fields of ``icw:<family>:name=value,...`` (:meth:`ICWKey.to_string`), values unquoted and
+    numbers converted; each field at most once."""
+    pieces = text.split(":", 2)
+    if len(pieces) != 3 or pieces[0] != _PREFIX:
+        raise ICWKeyError(f"malformed key {text[:80]!r}: expected 'icw:<family>:name=value,...'")
+    data: dict[str, Any] = {"family": pieces[1]}
+    for item in filter(None, pieces[2].split(",")):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ICWKeyError(f"malformed key field {item!r} in {text[:80]!r}: expected name=value")
+        value = unquote(value)
+        if name in data:
+            raise ICWKeyError(f"key field {name} is given twice in {text[:80]!r}")
+        data[name] = _field_value(name, value)
+    return data
+
+
+def _field_value(name: str, value: str) -> Any:
+    """A key field's value from its string form: an int or a float for the numeric fields."""
+    try:
+        return int(value) if name in _INT_FIELDS else float(value) if name in _FLOAT_FIELDS else value
+    except ValueError:
+        raise ICWKeyError(f"key field {name} must be a number, got {value!r}") from None
 
 
 def as_key(key: ICWKey | str | dict) -> ICWKey:

@@ -59,6 +59,7 @@ _RULE_CHARS = _LINE_WS | frozenset("-=*_>")  # a line of only these (and some of
 _NEXT_IF_SETTLED = re.compile(r"[\n`<.!?]")
 _NEXT_IF_PENDING = re.compile(r"[\n`<.!?A-Za-z]")
 _CODE_ENDS = re.compile(r"[\n`]")
+_TAG_ENDS = re.compile(r"[\n>]")
 
 # HTML modes of SentenceState.tag.
 _LT = 1  # just after "<", reading the tag name into ``name``
@@ -111,6 +112,9 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
         offset (`int`, defaults to 0): the chunk's character offset in the whole text, added to the returned
             indices.
     """
+    # One loop over the characters with the state in locals: this runs per token while decoding. Fenced code
+    # and HTML are read by helpers, one call per block or tag; the line and sentence steps below stay inline,
+    # since a call per character or per line would cost measurably.
     fence, bol, run, code, tag, name, seen, pending, term, para, quoted, qline, lead, single, rule = state
     found: list[tuple[int, str]] = []
     i, end = -1, len(text)
@@ -124,97 +128,31 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
             i = nxt.start()
         if i >= end:
             break
-        c = text[i]
-        if fence:
-            if c == "\n":
-                bol, run = True, ""
-            elif bol and c == fence:
-                run += c
-                if len(run) == 3:  # closing fence: what follows starts a new block
-                    fence, bol, run, pending, term, single = "", False, "", True, False, True
-            elif not (bol and not run and c in _INLINE_WS):
-                # Nothing closes the fence before the next line: jump to its newline.
-                bol, run, nxt_nl = False, "", text.find("\n", i + 1)
-                i = (nxt_nl if nxt_nl >= 0 else end) - 1
+        if fence:  # fenced code: only a line that opens with its closing fence matters
+            if not (bol or run):  # mid-line: jump to the newline (per token while decoding, no call)
+                i = text.find("\n", i)
+                if i < 0:
+                    break
+            i, bol, run, closed = _read_fence(text, i, fence, bol, run)
+            if closed:  # what follows the closing fence starts a new block
+                fence, bol, run, pending, term, single = "", False, "", True, False, True
             continue
-        if tag:
-            if tag > _TAG:  # comments and script/style elements: newlines do not end them
-                if tag == _RAW_TAG:
-                    if c == ">":
-                        tag = _RAW
-                    continue
-                if tag == _COMMENT:
-                    if c == "-":
-                        seen = min(seen + 1, 2)
-                    elif c == ">" and seen == 2:
-                        tag, seen = 0, 0
-                    else:  # nothing closes the comment before the next "-"
-                        seen, nxt_dash = 0, text.find("-", i + 1)
-                        i = (nxt_dash if nxt_dash >= 0 else end) - 1
-                    continue
-                close = "</" + name  # tag == _RAW
-                if seen < len(close) and (c == close[seen] or c == close[seen].upper()):
-                    seen += 1
-                    continue
-                if seen < len(close) or c not in _NAME_ENDS:
-                    if c == "<":
-                        seen = 1
-                    else:  # nothing closes the element before the next "<"
-                        seen, nxt_lt = 0, text.find("<", i + 1)
-                        i = (nxt_lt if nxt_lt >= 0 else end) - 1
-                    continue
-                tag, name, seen = _TAG, "", 0  # its end tag: c is handled inside it, below
-            if c == "\n":
-                if tag == _LT and name in _RAW_ELEMENTS:  # "<script" then a newline: a start tag
-                    tag = _RAW_TAG
-                    continue
-                tag, name = 0, ""  # other tags end with the line; the newline is handled below
-            elif tag == _TAG:
-                if c == ">":
-                    tag = 0
-                continue
-            else:  # tag == _LT: reading a name that may open a comment or a script/style element
-                if name:
-                    # Lower-case ASCII only: the processor sees every non-ASCII character as one byte.
-                    low = name + (c.lower() if c in _LETTERS else c)
-                    if low == "!--":  # seen=2: "<!-->" and "<!--->" are (empty) comments too
-                        tag, name, seen = _COMMENT, "", 2
-                    elif low in _NAME_PREFIXES:
-                        name = low
-                    elif name in _RAW_ELEMENTS and c in _NAME_ENDS:
-                        tag = _RAW if c == ">" else _RAW_TAG
-                    else:  # an ordinary tag ("<s>", "<scripts", "<!DOCTYPE")
-                        tag, name = (0 if c == ">" else _TAG), ""
-                    continue
-                if c in _NAME_STARTS:
-                    name = c.lower()
-                    continue
-                if c in _TAG_OPENERS:
-                    tag = _TAG
-                    continue
-                tag = 0  # the "<" was ordinary text: handle c normally
+        if tag:  # HTML markup; what ends it without belonging to it (a newline, say) is read below
+            i, tag, name, seen = _read_html(text, i, tag, name, seen)
+            continue
+        c = text[i]
         if rule and c not in _RULE_CHARS:
             rule = False
         if run and c != run[0]:  # one or two backticks at line start open inline code; tildes are text
             code, run, bol = run == "`", "", False
         if bol and (lead or not (c in _LINE_WS or (c in _FENCE_CHARS and not qline))):
             # Classify the line: does it open a block, or continue the paragraph above (a soft wrap)?
-            if lead:
-                kind = lead[0]
-                if kind == "#":
-                    if c == "#" and len(lead) < 6:
-                        lead += c
-                        continue
-                    marker = c in _LINE_WS
-                elif kind in _DIGITS:  # up to 9 digits, then "." or ")"
-                    if lead[-1] in _DIGITS and ((c in _DIGITS and len(lead) < 9) or c in ".)"):
-                        lead += c
-                        continue
-                    marker = lead[-1] in ".)" and c in _LINE_WS
-                else:  # "-", "*", "+"
-                    marker = c in _LINE_WS
-                if marker:  # a heading or a list item
-                    pending, term, para, single = True, False, False, kind == "#"
+            if lead:  # "#", "-", "*", "+" or digits held: a heading or list marker, or text?
+                if _extends_lead(lead, c):
+                    lead += c
+                    continue
+                if _is_marker(lead, c):  # a heading or a list item
+                    pending, term, para, single = True, False, False, lead[0] == "#"
                 else:  # text after all ("#5", "-3 C", "**bold**", "3.5"): only a final "." matters
                     term = lead[-1] == "."
                 lead, bol = "", False
@@ -230,13 +168,13 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
                 bol = False
                 if c == "|" or c == "<":  # a table row or an HTML line opens a block
                     pending, term, para, single = True, False, False, c == "|"
-        if c == "\n":
+        if c == "\n":  # end of the line: does the next one continue its paragraph?
             quoted = not bol and (qline or (para and quoted))
             para = not (bol or single or rule)  # bol: a blank line
             pending = (pending or term) if para else True
             bol, run, code, term, qline, single, rule = True, "", False, False, False, False, True
             continue
-        if code:
+        if code:  # inline code, up to a backtick (or the end of the line, above)
             if c == "`":
                 code = False
             else:  # nothing ends inline code before the next backtick or newline
@@ -244,7 +182,7 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
                 i = (nxt.start() if nxt else end) - 1
             continue
         if c in _FENCE_CHARS:
-            if bol:
+            if bol:  # three at the start of a line open a fence
                 run += c
                 if len(run) == 3:
                     fence, bol, run = c, False, ""
@@ -252,7 +190,7 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
             if c == "`":
                 code, term = True, False
                 continue
-        if c in _INLINE_WS:
+        if c in _INLINE_WS:  # whitespace after [.!?]: the sentence has ended
             if term:
                 pending, term = True, False
             continue
@@ -270,6 +208,153 @@ def advance(state: SentenceState, text: str, offset: int = 0) -> tuple[SentenceS
                 pending = False
     return SentenceState(fence, bol, run, code, tag, name, seen, pending, term, para, quoted, qline, lead, single,
                          rule), found
+
+
+def _read_fence(text: str, i: int, fence: str, bol: bool, run: str) -> tuple[int, bool, str, bool]:
+    """Read fenced code from ``text[i]`` on, up to its closing fence or the end of ``text``.
+
+    Returns ``(i, bol, run, closed)``: the index of the last character read, the line state there, and
+    whether that character completed the closing fence (three ``fence`` characters opening a line).
+    """
+    end = len(text)
+    while i < end:
+        c = text[i]
+        if c == "\n":
+            bol, run = True, ""
+        elif bol and c == fence:
+            run += c
+            if len(run) == 3:
+                return i, bol, run, True
+        elif not (bol and not run and c in _INLINE_WS):
+            # Nothing closes the fence before the next line: jump to its newline.
+            bol, run, i = False, "", text.find("\n", i + 1)
+            if i < 0:
+                break
+            continue
+        i += 1
+    return end - 1, bol, run, False
+
+
+def _read_html(text: str, i: int, tag: int, name: str, seen: int) -> tuple[int, int, str, int]:
+    """Read HTML from ``text[i]`` on, in mode ``tag``, up to the end of the markup or of ``text``.
+
+    Returns ``(i, tag, name, seen)``, ``i`` the index of the last character read (``tag`` is 0 when the
+    markup ended). A character that ends the markup without belonging to it (the newline that ends a
+    tag, or what follows a ``<`` that opens no tag) is left unread: the caller reads it as text.
+    """
+    end = len(text)
+    while tag and i < end:  # i: the next character to read
+        c = text[i]
+        if tag == _TAG:  # inside a tag, up to ">" or the end of the line
+            stop = _TAG_ENDS.search(text, i)
+            if stop is None:
+                i = end
+            elif text[stop.start()] == ">":
+                tag, i = 0, stop.start() + 1
+            else:  # other tags end with the line; the newline is text
+                tag, name, i = 0, "", stop.start()
+        elif tag == _LT:  # just after "<": a name that may open a comment or a script/style element
+            if c == "\n" and name not in _RAW_ELEMENTS:  # the tag ends with the line; the newline is text
+                tag, name = 0, ""
+            elif c == "\n":  # "<script" then a newline: a start tag
+                tag, i = _RAW_TAG, i + 1
+            elif name:
+                tag, name, seen = _read_name(name, c, seen)
+                i += 1
+            elif c in _NAME_STARTS:
+                name, i = c.lower(), i + 1
+            elif c in _TAG_OPENERS:
+                tag, i = _TAG, i + 1
+            else:  # the "<" was ordinary text, and so is c
+                tag = 0
+        elif tag == _RAW_TAG:  # a <script>/<style> start tag, up to ">" (newlines included)
+            close = text.find(">", i)
+            tag, i = (_RAW, close + 1) if close >= 0 else (tag, end)
+        elif tag == _COMMENT:  # newlines do not end comments
+            i, seen, closed = _read_comment(text, i, seen)
+            if closed:
+                tag, seen = 0, 0
+        else:  # _RAW: a <script>/<style> element; its end tag reads as a tag, from the character after the name
+            i, seen, closed = _read_raw_element(text, i, name, seen)
+            if closed:
+                tag, name, seen = _TAG, "", 0
+    return i - 1, tag, name, seen
+
+
+def _read_name(name: str, c: str, seen: int) -> tuple[int, str, int]:
+    """``(tag, name, seen)`` once ``c`` follows the tag name ``name`` (non-empty) read after ``<``."""
+    # Lower-case ASCII only: the processor sees every non-ASCII character as one byte.
+    low = name + (c.lower() if c in _LETTERS else c)
+    if low == "!--":  # seen=2: "<!-->" and "<!--->" are (empty) comments too
+        return _COMMENT, "", 2
+    if low in _NAME_PREFIXES:
+        return _LT, low, seen
+    if name in _RAW_ELEMENTS and c in _NAME_ENDS:
+        return (_RAW if c == ">" else _RAW_TAG), name, seen
+    return (0 if c == ">" else _TAG), "", seen  # an ordinary tag ("<s>", "<scripts", "<!DOCTYPE")
+
+
+def _read_comment(text: str, i: int, seen: int) -> tuple[int, int, bool]:
+    """Read an HTML comment from ``text[i]`` on, ``seen`` dashes (at most 2) just read, up to its ``-->``.
+
+    Returns ``(i, seen, closed)``: ``i`` is where reading stopped, past the ``>`` when ``closed``.
+    """
+    end = len(text)
+    while i < end:
+        c = text[i]
+        if c == "-":
+            seen = min(seen + 1, 2)
+        elif c == ">" and seen == 2:
+            return i + 1, seen, True
+        else:  # nothing closes the comment before the next "-"
+            seen, i = 0, text.find("-", i + 1)
+            if i < 0:
+                break
+            continue
+        i += 1
+    return end, seen, False
+
+
+def _read_raw_element(text: str, i: int, name: str, seen: int) -> tuple[int, int, bool]:
+    """Read a ``<script>``/``<style>`` element ``name`` from ``text[i]`` on, up to its end tag ``</name``
+    (any case) followed by a character that ends the name; ``seen`` characters of ``</name`` were just read.
+
+    Returns ``(i, seen, closed)``: ``i`` is where reading stopped, at the character after ``</name``
+    when ``closed``.
+    """
+    close, end = "</" + name, len(text)
+    while i < end:
+        c = text[i]
+        if seen < len(close) and (c == close[seen] or c == close[seen].upper()):
+            seen += 1
+        elif seen == len(close) and c in _NAME_ENDS:
+            return i, seen, True
+        elif c == "<":
+            seen = 1
+        else:  # nothing closes the element before the next "<"
+            seen, i = 0, text.find("<", i + 1)
+            if i < 0:
+                break
+            continue
+        i += 1
+    return end, seen, False
+
+
+def _extends_lead(lead: str, c: str) -> bool:
+    """Whether ``c`` continues the held line start ``lead``: up to six ``#``, or up to nine digits then ``.``/``)``."""
+    kind = lead[0]
+    if kind == "#":
+        return c == "#" and len(lead) < 6
+    if kind in _DIGITS:
+        return lead[-1] in _DIGITS and ((c in _DIGITS and len(lead) < 9) or c in ".)")
+    return False
+
+
+def _is_marker(lead: str, c: str) -> bool:
+    """Whether the held line start ``lead``, followed by ``c``, is a heading or list-item marker."""
+    if lead[0] in _DIGITS:
+        return lead[-1] in ".)" and c in _LINE_WS
+    return c in _LINE_WS
 
 
 def sentence_initial_spans(text: str) -> list[tuple[int, str]]:
