@@ -6,8 +6,10 @@
 Rolls out on D_H1 prompts (instruction + query); set use_vllm: true where vLLM is installed.
 """
 
+from icw.recipe_runner import recipe_errors
 from icw.train.grpo import main, make_parser
 
 if __name__ == "__main__":
     parser = make_parser()
-    main(*parser.parse_args_and_config())
+    with recipe_errors(parser, "grpo"):  # errors a user can fix: one `icw: error: ...` line, exit status 2
+        main(*parser.parse_args_and_config())

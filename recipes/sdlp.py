@@ -6,8 +6,10 @@
 Any field of the YAML can be overridden on the command line (--learning_rate 1e-5).
 """
 
+from icw.recipe_runner import recipe_errors
 from icw.train.sdlp import main, make_parser
 
 if __name__ == "__main__":
     parser = make_parser()
-    main(*parser.parse_args_and_config())
+    with recipe_errors(parser, "sdlp"):  # errors a user can fix: one `icw: error: ...` line, exit status 2
+        main(*parser.parse_args_and_config())

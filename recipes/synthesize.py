@@ -6,8 +6,10 @@
 Interrupt at any time: rerunning the same command resumes from <output_dir>/rows.jsonl.
 """
 
+from icw.recipe_runner import recipe_errors
 from icw.train.synthesis import main, make_parser
 
 if __name__ == "__main__":
     parser = make_parser()
-    main(*parser.parse_args_and_config())
+    with recipe_errors(parser, "synthesize"):  # errors a user can fix: one `icw: error: ...` line, exit status 2
+        main(*parser.parse_args_and_config())

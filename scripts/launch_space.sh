@@ -7,7 +7,7 @@
 #   bash scripts/launch_space.sh --bundle DIR   # write an uploadable Space folder and exit
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; }  # the comment block above
 BUNDLE=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -40,10 +40,8 @@ def test_pipeline_without_model_uses_the_keys_tokenizer_offline(tmp_path):
         "ref = icw.verify([text], key, load_tokenizer('gpt2'))[0]\n"
         "out = det(text)\n"
         "print(json.dumps({'vocab': len(det.tokenizer), 'z': out['z_score'], 'ref': ref.z_score}))\n"
-        "try:\n"
-        "    pipeline('icw-detection', key='icw:sa:seed=1,length=18')\n"
-        "except ValueError as err:\n"
-        "    print('error:', err)\n"
+        "sa = pipeline('icw-detection', keys='icw:sa:seed=1,secret=HI')\n"  # SA keys need no tokenizer
+        "print(json.dumps({'tokenizer': sa.tokenizer, 'aligned': sa('Hello there. It works.')['num_aligned']}))\n"
     )
     result = _run([sys.executable, "-c", script], tmp_path)
     assert result.returncode == 0, result.stderr
@@ -51,12 +49,13 @@ def test_pipeline_without_model_uses_the_keys_tokenizer_offline(tmp_path):
     row = json.loads(first)
     assert row["vocab"] == 50257  # GPT-2's tokenizer, as the key records, not the Hub default
     assert row["z"] == pytest.approx(row["ref"])
-    assert second.startswith("error:") and "names no tokenizer" in second and "model=" in second
+    assert json.loads(second) == {"tokenizer": None, "aligned": 2}
+    assert "No model was supplied" not in result.stderr, result.stderr
 
 
 #: What a wheel is built from: the project's files (copied, so the build leaves nothing in the checkout
 #: and no stale ``build/`` of an earlier layout can leak into the wheel).
-SOURCES = ("pyproject.toml", "README.md", "src", "metrics", "model_cards/templates")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "src", "metrics", "model_cards/templates")
 #: The repository's top-level folders the wheel carries, as the data packages they become.
 CARRIED = {"metrics": "icw/_bundled_metrics", "model_cards/templates": "icw/_card_templates"}
 
@@ -131,6 +130,16 @@ def test_wheel_carries_the_top_level_folders_by_configuration(wheel_env):
     for init in (ROOT / "src").rglob("__init__.py"):
         assert init.relative_to(ROOT / "src").as_posix() in names, f"{init.parent} is missing from the wheel"
     assert not [n for n in names if n.startswith(("icw/metrics/", "icw/model_cards/"))]
+
+
+def test_wheel_carries_the_license(wheel_env):
+    """The Apache-2.0 text of the repository root is in the wheel's dist-info, and its metadata names it."""
+    with zipfile.ZipFile(wheel_env.wheel) as wheel:
+        (dist_info,) = {n.split("/")[0] for n in wheel.namelist() if n.split("/")[0].endswith(".dist-info")}
+        assert wheel.read(f"{dist_info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+        metadata = wheel.read(f"{dist_info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()
 
 
 def test_wheel_installed_outside_the_checkout_works(wheel_env, tmp_path):

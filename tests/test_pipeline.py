@@ -175,11 +175,70 @@ def test_registered_on_import_without_eager_transformers_import():
         "from icw.models import load_tokenizer\n"
         "det = pipeline('icw-detection', model=load_tokenizer('gpt2'), keys='icw:sa:seed=1,secret=HI')\n"
         "print(det('Hello there. It works.')['num_aligned'])\n"
+        "det = pipeline('icw-detection', keys='icw:sa:seed=1,secret=HI')\n"  # the documented call, no model=
+        "print(det('Hello there. It works.')['num_aligned'])\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "2"
+    assert out.stdout.split() == ["2", "2"]
+    assert "No model was supplied" not in out.stderr and "not recommended" not in out.stderr, out.stderr
+
+
+def _pipeline_noise(build) -> list[str]:
+    """What ``build()`` prints through transformers' loggers or Python warnings (one entry each)."""
+    import logging
+    import warnings
+
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    handler = Collect()
+    root = logging.getLogger("transformers")  # does not propagate to the root logger (caplog would miss it)
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            build()
+    finally:
+        root.removeHandler(handler)
+    return handler.messages + [str(w.message) for w in caught]
+
+
+def test_documented_call_without_model_is_silent(gpt2):
+    """``pipeline("icw-detection", keys=key)`` (the documented call) defaults to the key's own tokenizer,
+    not to a Hub model, so transformers' "No model was supplied ... not recommended" warning is dropped."""
+    wip = ICWKey.create("wip", 3, gpt2)
+    assert _pipeline_noise(lambda: pipeline("icw-detection", keys=wip)) == []
+    assert _pipeline_noise(lambda: pipeline("icw-detection", keys="icw:sa:seed=1,length=18")) == []
+    # other warnings of transformers' pipeline() still get through
+    import logging
+
+    other = logging.getLogger("transformers.pipelines")  # the logger of that warning: anything else gets through
+    assert _pipeline_noise(lambda: other.warning("No model was supplied, defaulted to gpt2 and revision None.")) \
+        == ["No model was supplied, defaulted to gpt2 and revision None."]
+
+
+def test_sa_keys_need_no_model():
+    """SA counts sentence initials, so a detector for SA keys holds no tokenizer; a TSP/WIP key given
+    later per call uses the tokenizer it records."""
+    key = ICWKey.create("sa", 5, secret="HELLO")
+    text = "Here we go. Every day is new. Lots to do. Let us start. Over and out."
+    det = pipeline("icw-detection", keys=key)
+    assert det.tokenizer is None and det.model.tokenizer is None
+    out = det(text)
+    assert out["num_aligned"] == 5 and out["z_score"] == verify(text, key).z_score
+    assert pipeline("icw-detection", keys=[key.to_string(), "icw:sa:seed=1,secret=HI"])([text, text])[1]["family"] == "sa"
+    wip = ICWKey.create("wip", 2, icw.models.load_tokenizer("gpt2"))
+    assert det(text, keys=wip)["z_score"] == verify(text, wip, icw.models.load_tokenizer("gpt2")).z_score
+    with pytest.raises(ValueError, match="needs keys="):
+        pipeline("icw-detection")
 
 
 

@@ -3,6 +3,9 @@ anti-hacking gates, the GRPO reward rules and the `icw train` CLI wiring."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -183,3 +186,68 @@ def test_trl_bf16_default_becomes_fp32_on_a_cpu_without_native_bf16():
     assert not args.bf16 and args.mixed_precision == "no"
     fp32_without_native_bf16(args)  # fp32 stays fp32, silently
     assert args.mixed_precision == "no"
+
+
+# ------------------------------------------------- the recipe scripts as a new user runs them
+RECIPE_SCRIPTS = sorted((ROOT / "recipes").glob("*.py"))
+#: No test here may reach the Hub: every check of a Hub-bound config runs offline.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def _recipe(script: Path, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **OFFLINE}, timeout=300)
+
+
+def test_every_recipe_script_is_checked():
+    assert {p.stem for p in RECIPE_SCRIPTS} == set(PARSERS)
+
+
+@pytest.mark.parametrize("script", RECIPE_SCRIPTS, ids=lambda p: p.name)
+def test_recipe_help_lists_its_yaml_option(script):
+    """``--config`` is read by TrlParser before argparse runs, so argparse alone never listed it."""
+    out = _recipe(script, "--help")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--config YAML" in out.stdout and f"smollm2-135m/{script.stem}.yaml" in out.stdout
+
+
+def test_recipe_that_needs_the_hub_names_the_local_alternative_offline(tmp_path):
+    """The paper-scale config offline: one ``icw: error:`` line (exit 2) naming what to use instead."""
+    config = str(ROOT / "recipes/configs/qwen3-14b/synthesize.yaml")
+    out = _recipe(ROOT / "recipes/synthesize.py", "--config", config, "--output_dir", str(tmp_path / "out"))
+    assert out.returncode == 2, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()  # one line: no traceback
+    assert line.startswith("icw: error: cannot reach the Hugging Face Hub for dataset_name 'vblagoje/lfqa'")
+    assert "HF_HUB_OFFLINE=1" in line and "--queries_file FILE" in line
+    assert "--model_name_or_path smollm2" in line and "recipes/configs/smollm2-135m/synthesize.yaml" in line
+    # the bundled questions instead of the Hub dataset: the model is what cannot be fetched next
+    out = _recipe(ROOT / "recipes/synthesize.py", "--config", config, "--output_dir", str(tmp_path / "out"),
+                  "--dataset_name", "")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    (line,) = [x for x in out.stderr.splitlines() if x.startswith("icw: error:")]
+    assert "model_name_or_path 'Qwen/Qwen3-14B'" in line and "--model_name_or_path smollm2" in line
+    assert not (tmp_path / "out" / "rows.jsonl").exists()
+
+
+def test_hub_unreachable_reads_the_whole_exception_chain():
+    from icw.recipe_runner import hub_unreachable
+
+    class OfflineModeIsEnabled(ConnectionError):  # huggingface_hub's, by name
+        pass
+
+    class ConnectError(Exception):  # httpx's: not an OSError
+        pass
+
+    def raised(inner: Exception, outer: Exception) -> Exception:
+        try:
+            try:
+                raise inner
+            except Exception as err:
+                raise outer from err
+        except Exception as err:
+            return err
+
+    assert hub_unreachable(ConnectionError("Couldn't reach 'x' on the Hub (OfflineModeIsEnabled)"))
+    assert hub_unreachable(raised(OfflineModeIsEnabled("offline"), OSError("cannot load model")))
+    assert hub_unreachable(raised(ConnectError("no route"), ValueError("wrapped")))
+    assert not hub_unreachable(ValueError("bad value")) and not hub_unreachable(BrokenPipeError())

@@ -381,6 +381,88 @@ def test_model_choice_from_environment(monkeypatch, tmp_path):
     assert common.is_online()
 
 
+# ------------------------------------------------- the first minutes on the page (functions called directly)
+def page_defaults(smollm2) -> dict:
+    """The Watermark tab's controls as the page starts (the key string is built by the page's load event)."""
+    import gradio as gr
+
+    app = load_space_app()
+    space_room("demo_common")._MODELS.setdefault("smollm2", smollm2)
+    with gr.Blocks():
+        ui = app.watermark_tab("smollm2", online=False)
+    return {name: field.value for name, field in zip(app.GENERATE_INPUTS, app.controls(ui, app.GENERATE_INPUTS),
+                                                     strict=True)}
+
+
+def test_first_click_with_the_defaults_and_each_example_passes_the_input_checks(smollm2):
+    """The query box starts with a real query, and the Generate callback's input checks accept the page's
+    defaults and every example (one per family) as they stand; nothing is generated."""
+    common, generation = space_room("demo_common"), space_room("demo_generation")
+    defaults = page_defaults(smollm2)
+    assert defaults["query"].strip() == common.DEFAULT_QUERY
+    run = generation.check_inputs(*defaults.values())  # GENERATE_INPUTS is the callbacks' argument order
+    assert run.query == common.DEFAULT_QUERY and run.key.family == defaults["family"] == "wip"
+    assert {family for _, family, _ in common.EXAMPLES} == {"tsp", "wip", "sa"}
+    for query, family, seed in common.EXAMPLES:
+        run = generation.check_inputs(*{**defaults, "query": query, "family": family, "seed": seed}.values())
+        assert (run.key.family, run.key.seed, run.query) == (family, seed, query)
+    with pytest.raises(common.UserInputError, match="Type a question first"):
+        generation.check_inputs(*{**defaults, "query": "  "}.values())
+
+
+def test_a_pasted_key_sets_family_sliders_and_seed(smollm2):
+    """Pasting a key string sets the fields to what it holds, and the fields then keep the pasted key
+    (even one with an explicit secret, which no field describes) instead of rebuilding another."""
+    from icw import ICWKey
+
+    keys = space_room("demo_keys")
+    tok = smollm2[1]
+    family, seed, gamma, pool_size, num_letters, length = keys.key_fields("icw:sa:seed=5,secret=HI")
+    assert (family, seed, length["value"]) == ("sa", 5, 2) and length["minimum"] <= 2  # slider widened
+    assert all("value" not in update for update in (gamma, pool_size, num_letters))  # left as they are
+    fields = (family, seed, 0.2, 500, 13, 2)
+    assert keys.update_key("icw:sa:seed=5,secret=HI", *fields, "smollm2") == (keys.gr.skip(), keys.gr.skip())
+    rebuilt, _ = keys.update_key("icw:sa:seed=5,secret=HI", "sa", 6, 0.2, 500, 13, 2, "smollm2")  # seed edited
+    assert rebuilt == "icw:sa:seed=6,length=2"
+
+    tsp = ICWKey.create("tsp", 4, tok, gamma=0.25, pool_size=400).to_string()
+    family, seed, gamma, pool_size, *_ = keys.key_fields(tsp)
+    assert (family, seed, gamma["value"], pool_size) == ("tsp", 4, 0.25, 400)
+    assert keys.update_key(tsp, "tsp", 4, 0.25, 400, 13, 18, "smollm2")[0] == keys.gr.skip()
+    wip = ICWKey.create("wip", 9, tok, num_letters=7).to_string()
+    family, seed, _, _, num_letters, _ = keys.key_fields(wip)
+    assert (family, seed, num_letters["value"]) == ("wip", 9, 7)
+    assert keys.key_fields("icw:wi") == (keys.gr.skip(),) * 6  # mid-edit: nothing moves
+
+
+def test_alpha_is_checked_on_submit_and_typing_never_raises(smollm2, recwarn):
+    """alpha re-judges on Enter or leaving the box (not at each keystroke); a half-typed value is a
+    message, never an exception."""
+    app, detection = load_space_app(), space_room("demo_detection")
+    space_room("demo_common")._MODELS.setdefault("smollm2", smollm2)
+    (rescore,) = [f for f in app.demo.fns.values() if f.api_name == "rescore"]
+    assert sorted(event for _, event in rescore.targets) == ["blur", "submit"]
+    details = {"key": "icw:sa:seed=1,length=18", "model": "smollm2", "alpha": 0.01, "kgw": None,
+               "answers": [{"mode": mode, "text": "Bees hum. Every hive works."} for mode, _, _ in app.MODES]}
+    for typed in ("", "0", "0.", "-", "abc", None, 2):
+        assert detection.rescore(dict(details), typed) == (detection.gr.skip(),) * 5
+        assert detection.rescore(None, typed) == (detection.gr.skip(),) * 5
+    *verdicts, rescored = detection.rescore(dict(details), "0.5")
+    assert rescored["alpha"] == 0.5 and all("p ≤ 0.5" in verdict for verdict in verdicts[:3])
+
+
+def test_the_legend_is_shown_once(smollm2):
+    """The highlights' legend sits above the answers (for the key in use), not again in the status line."""
+    app, generation = load_space_app(), space_room("demo_generation")
+    defaults = page_defaults(smollm2)
+    *_, (status, *answers, details) = generation.watermark_and_detect(*{**defaults, "max_new_tokens": 8,
+                                                                         "kgw": False}.values())
+    assert status.startswith("✔ Done") and "Highlights" not in status, status
+    assert app.key_legend(details["key"]).startswith("**Highlights:** only word-initial")
+    tsp = app.key_legend("icw:sa:seed=1,length=18")
+    assert "sentence initials" in tsp and app.key_legend("icw:nope") == app.gr.skip()
+
+
 # --------------------------------------------------------------------------- packaging
 def test_space_folder_is_a_valid_space_repo():
     import yaml

@@ -47,7 +47,9 @@ except ModuleNotFoundError:  # running from a checkout without `pip install -e .
 import gradio as gr  # noqa: E402
 from demo_common import (  # noqa: E402
     DEFAULT_POOL_SIZE,
+    DEFAULT_QUERY,
     EMBEDDED,
+    EXAMPLES,
     KGW_HELP,
     KGW_TITLE,
     MAX_NEW_TOKENS,
@@ -61,9 +63,29 @@ from demo_common import (  # noqa: E402
     get_model,
     is_online,
 )
-from demo_detection import COLORS, HIGHLIGHT_HELP, attack_answers, detect, rescore, send_to_detect  # noqa: E402
+from demo_detection import (  # noqa: E402
+    COLORS,
+    HIGHLIGHT_HELP,
+    attack_answers,
+    detect,
+    highlight_help,
+    rescore,
+    send_to_detect,
+)
 from demo_generation import request_stop, watermark_and_detect  # noqa: E402
-from demo_keys import DELTA_HELP, FAMILY_CHOICES, describe_key, make_key, random_seed  # noqa: E402
+from demo_keys import (  # noqa: E402
+    DELTA_HELP,
+    FAMILY_CHOICES,
+    GAMMA_RANGE,
+    LENGTH_RANGE,
+    NUM_LETTERS_RANGE,
+    describe_key,
+    key_fields,
+    make_key,
+    parse_key,
+    random_seed,
+    update_key,
+)
 
 from icw.generation import DEFAULT_SAMPLING  # noqa: E402
 from icw.keys import DEFAULT_DELTA  # noqa: E402
@@ -140,6 +162,8 @@ def watermark_tab(model_name: str, online: bool) -> SimpleNamespace:
             model_and_run_fields(ui, model_name, online)
     with gr.Accordion("Sampling", open=False), gr.Row():
         sampling_fields(ui)
+    gr.Examples([list(example) for example in EXAMPLES], [ui.query, ui.family, ui.seed],
+                label="Examples (one per family; click one, then Generate)")
     with gr.Row():
         ui.generate = gr.Button("Generate and detect", variant="primary", elem_id="icw-generate", scale=4)
         ui.stop = gr.Button("Stop", variant="stop", elem_id="icw-stop", scale=1)
@@ -161,22 +185,23 @@ def watermark_tab(model_name: str, online: bool) -> SimpleNamespace:
 
 
 def query_and_key_fields(ui: SimpleNamespace) -> None:
-    ui.query = gr.Textbox(label="Query (Enter starts a run)", placeholder="Why is the sky blue?", lines=1,
-                          max_lines=4, max_length=MAX_QUERY_CHARS * 2, elem_id="icw-query",
-                          info=f"Up to {MAX_QUERY_CHARS:,} characters are used.")
+    ui.query = gr.Textbox(DEFAULT_QUERY, label="Query (Enter starts a run)", placeholder="Ask anything, e.g. "
+                          f"“{EXAMPLES[1][0]}”", lines=1, max_lines=4, max_length=MAX_QUERY_CHARS * 2,
+                          elem_id="icw-query", info=f"Up to {MAX_QUERY_CHARS:,} characters are used.")
     ui.family = gr.Radio(FAMILY_CHOICES, value="wip", label="Watermark family", elem_id="icw-family")
     with gr.Row():
         ui.seed = gr.Number(value=42, precision=0, label="Key seed", minimum=0, elem_id="icw-seed",
                             info="The key is derived from the family, this seed and the settings.")
         ui.random_key = gr.Button("Random key", size="sm", elem_id="icw-random-key")
-    ui.gamma = gr.Slider(0.05, 0.5, value=0.2, step=0.05, label="TSP gamma (green fraction)", visible=False)
+    ui.gamma = gr.Slider(*GAMMA_RANGE[:2], value=0.2, step=GAMMA_RANGE[2], label="TSP gamma (green fraction)",
+                         visible=False)
     ui.pool_size = gr.Number(value=DEFAULT_POOL_SIZE, precision=0, minimum=0, visible=False,
                              label="TSP candidate pool (tokens)",
                              info="The green list is written into the prompt; a 135M model's context cannot hold "
                                   "the paper's ~17,700 tokens, so T is drawn from the N lowest-id English tokens. "
                                   "0 = all of V_en.")
-    ui.num_letters = gr.Slider(1, 25, value=13, step=1, label="WIP green letters")
-    ui.length = gr.Slider(4, 40, value=18, step=1, label="SA secret length", visible=False)
+    ui.num_letters = gr.Slider(*NUM_LETTERS_RANGE, value=13, step=1, label="WIP green letters")
+    ui.length = gr.Slider(*LENGTH_RANGE, value=18, step=1, label="SA secret length", visible=False)
 
 
 def model_and_run_fields(ui: SimpleNamespace, model_name: str, online: bool) -> None:
@@ -190,7 +215,7 @@ def model_and_run_fields(ui: SimpleNamespace, model_name: str, online: bool) -> 
     ui.max_new_tokens = gr.Slider(8, MAX_NEW_TOKENS, value=120, step=8, label="Max new tokens",
                                   elem_id="icw-max-new-tokens")
     ui.alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)", step=0.005, elem_id="icw-alpha",
-                         info="Watermarked when p ≤ alpha. Changing it re-judges the answers already written.")
+                         info="Watermarked when p ≤ alpha. Enter (or leaving the box) re-judges the answers already written.")
     ui.key_string = gr.Textbox(label="Key string (share it with the detector; paste one to reuse it)",
                                elem_id="icw-key", buttons=["copy"], max_lines=2)
     ui.material = gr.Markdown(elem_id="icw-key-material")
@@ -241,11 +266,14 @@ def attack_fields(ui: SimpleNamespace) -> None:
 
 def wire_watermark_tab(ui: SimpleNamespace) -> None:
     """The tab's events: key fields and key string stay in step; Generate, alpha, Attack and Stop."""
-    key_fields = controls(ui, KEY_FIELDS)
-    for field in key_fields:
-        field.change(make_key, key_fields, [ui.key_string, ui.material], api_name=False, queue=False)
+    fields = controls(ui, KEY_FIELDS)
+    for field in fields[:-1]:  # a pasted key sets these fields: update_key keeps it (it may hold a secret)
+        field.change(update_key, [ui.key_string, *fields], [ui.key_string, ui.material], api_name=False, queue=False)
+    ui.model.change(make_key, fields, [ui.key_string, ui.material], api_name=False, queue=False)  # its tokenizer
     ui.key_string.change(describe_key, [ui.key_string, ui.model], [ui.material, ui.instruction], api_name=False,
                          queue=False)
+    ui.key_string.change(key_fields, ui.key_string, fields[:-1], api_name=False, queue=False)
+    ui.key_string.change(key_legend, ui.key_string, ui.legend, api_name=False, queue=False)
     answer_boxes = [answer for answer, _ in ui.answers]
     ui.family.change(family_controls, ui.family, [ui.gamma, ui.pool_size, ui.num_letters, ui.length, ui.delta,
                                                   ui.legend, *answer_boxes[: len(MODES)]],
@@ -254,8 +282,9 @@ def wire_watermark_tab(ui: SimpleNamespace) -> None:
     answer_outputs = [ui.status, *[box for column in ui.answers for box in column], ui.details]
     gr.on([ui.generate.click, ui.query.submit], watermark_and_detect, controls(ui, GENERATE_INPUTS),
           answer_outputs, api_name="watermark_and_detect")
-    ui.alpha.change(rescore, [ui.details, ui.alpha], [*[verdict for _, verdict in ui.answers], ui.details],
-                    api_name="rescore")
+    # checked once typed in full (Enter, or leaving the box), not at every keystroke of "0.05"
+    gr.on([ui.alpha.submit, ui.alpha.blur], rescore, [ui.details, ui.alpha],
+          [*[verdict for _, verdict in ui.answers], ui.details], api_name="rescore")
     ui.attack_button.click(attack_answers, [ui.details, ui.attack, ui.strength, ui.alpha, ui.attack_seed],
                            ui.attack_result, api_name="attack")
     ui.stop.click(request_stop, None, None, api_name="stop", queue=False)
@@ -272,6 +301,14 @@ def family_controls(family: str) -> tuple[Any, ...]:
             gr.update(value=DEFAULT_DELTA.get(family, 3.0), info=DELTA_HELP[family]),
             f"**Highlights:** {HIGHLIGHT_HELP[family]}.",
             *[gr.update(color_map=COLORS[family]) for _ in MODES])
+
+
+def key_legend(key_string: str) -> Any:
+    """The highlights' legend (shown once, above the answers) for the key in use; unchanged mid-edit."""
+    try:
+        return f"**Highlights:** {highlight_help(parse_key(key_string))}."
+    except UserInputError:
+        return gr.skip()
 
 
 # ------------------------------------------------------------------------------- tab 2: detect

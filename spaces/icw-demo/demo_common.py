@@ -21,6 +21,14 @@ MAX_NEW_TOKENS = 400
 #: ~17,700 tokens, so the demo draws T from the N lowest-id English tokens by default.
 DEFAULT_POOL_SIZE = 500
 EMBEDDED = "smollm2"
+#: The query box's starting text, so the first click runs as it stands.
+DEFAULT_QUERY = "Why is the sky blue?"
+#: One example per family: (query, family, key seed).
+EXAMPLES = (
+    ("Why is the sky blue?", "wip", 42),
+    ("How do bees make honey?", "sa", 7),
+    ("What causes the seasons on Earth?", "tsp", 3),
+)
 ONLINE_MODELS = (SMOLLM2_HUB_ID, "HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")
 #: The ICW answer columns, in batch-row order: (mode, column title, what the column shows).
 MODES = (

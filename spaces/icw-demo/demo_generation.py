@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
@@ -23,7 +24,7 @@ from demo_common import (
     parse_alpha,
     parse_int,
 )
-from demo_detection import highlight_help, render_rows, unscored
+from demo_detection import render_rows, unscored
 from demo_keys import build_key, check_key_tokenizer, kgw_config, parse_key
 from transformers import (
     LogitsProcessor,
@@ -215,6 +216,35 @@ def _prompt_fits(model: Any, tok: Any, key: ICWKey, query: str, max_new_tokens: 
                              f"this model's context of {limit:,} tokens.{hint}")
 
 
+def check_inputs(query: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
+                 key_string: str, delta: float, model_name: str, max_new_tokens: int, alpha: float = DEFAULT_ALPHA,
+                 temperature: float = DEFAULT_SAMPLING["temperature"], top_p: float = DEFAULT_SAMPLING["top_p"],
+                 greedy: bool = False, sample_seed: Any = 0, kgw: bool = True) -> SimpleNamespace:
+    """The Generate callback's inputs, checked and converted (loads the model, generates nothing).
+
+    Raises :class:`~demo_common.UserInputError` for anything the user can fix; else returns the run's
+    query (and the notice when it was cut), key, model and tokenizer, alpha, delta, token budget and
+    sampling settings.
+    """
+    model_name = (model_name or default_model()).strip()
+    query = (query or "").strip()
+    if not query:
+        raise UserInputError("Type a question first, e.g. “Why is the sky blue?”.")
+    query, notice = cap(query, MAX_QUERY_CHARS, "query")
+    alpha = parse_alpha(alpha)
+    sample_seed = parse_int(sample_seed, "sampling seed")
+    key = parse_key(key_string) if key_string and key_string.strip() else build_key(
+        family, seed, gamma, pool_size, num_letters, length, model_name)
+    model, tok = get_model(model_name)
+    check_key_tokenizer(key, tok, "generate")
+    max_new_tokens = max(1, min(int(max_new_tokens), MAX_NEW_TOKENS))
+    _prompt_fits(model, tok, key, query, max_new_tokens)
+    return SimpleNamespace(query=query, notice=notice, model_name=model_name, model=model, tok=tok, key=key,
+                           alpha=alpha, delta=float(delta) if delta else None, max_new_tokens=max_new_tokens,
+                           sampling=sampling_kwargs(temperature, top_p, bool(greedy)), sample_seed=sample_seed,
+                           kgw=bool(kgw))
+
+
 def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any,
                          length: Any, key_string: str, delta: float, model_name: str, max_new_tokens: int,
                          alpha: float = DEFAULT_ALPHA, temperature: float = DEFAULT_SAMPLING["temperature"],
@@ -228,26 +258,16 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
     """
     blank: list[tuple[str, str | None]] = []
     outputs: list[Any] = ["", blank, "", blank, "", blank, "", blank, "", None]
-    model_name = (model_name or default_model()).strip()
     try:
-        query = (query or "").strip()
-        if not query:
-            raise UserInputError("Type a question first, e.g. “Why is the sky blue?”.")
-        query, notice = cap(query, MAX_QUERY_CHARS, "query")
-        alpha = parse_alpha(alpha)
-        sample_seed = parse_int(sample_seed, "sampling seed")
-        key = parse_key(key_string) if key_string and key_string.strip() else build_key(
-            family, seed, gamma, pool_size, num_letters, length, model_name)
-        model, tok = get_model(model_name)
-        check_key_tokenizer(key, tok, "generate")
-        max_new_tokens = max(1, min(int(max_new_tokens), MAX_NEW_TOKENS))
-        _prompt_fits(model, tok, key, query, max_new_tokens)
-        delta = float(delta) if delta else None
-        sampling = sampling_kwargs(temperature, top_p, bool(greedy))
+        run = check_inputs(query, family, seed, gamma, pool_size, num_letters, length, key_string, delta, model_name,
+                           max_new_tokens, alpha, temperature, top_p, greedy, sample_seed, kgw)
     except UserInputError as err:
         outputs[0] = friendly(err)
         yield tuple(outputs)
         return
+    query, notice, model_name, model, tok, key = run.query, run.notice, run.model_name, run.model, run.tok, run.key
+    alpha, delta, max_new_tokens, sampling, sample_seed = (run.alpha, run.delta, run.max_new_tokens, run.sampling,
+                                                           run.sample_seed)
     prefix = (notice + "\n\n") if notice else ""
     n_rows = 3 + bool(kgw)
     per_step = step_seconds(model_name, model, tok, n_rows)
@@ -285,6 +305,6 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
                       f"cut short and verified as they stand, with the key `{key.to_string()}`.")
     else:
         outputs[0] = (f"{prefix}✔ Done in {elapsed:.0f} s: {what} to the same query in one batch, verified with the "
-                      f"key `{key.to_string()}`. Highlights: {highlight_help(key)}.")
+                      f"key `{key.to_string()}`.")  # the highlights' legend is shown once, above the answers
     outputs[9] = details
     yield tuple(outputs)

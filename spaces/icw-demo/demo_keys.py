@@ -1,8 +1,9 @@
 """Key handling: a key from the form fields or a pasted key string, what it contains, and the KGW key.
 
-The key fields and the key string box stay in step: every field change rebuilds the key string
-(:func:`make_key`), and every key string change (typed, pasted or rebuilt) re-describes it
-(:func:`describe_key`).
+The key fields and the key string box stay in step: a field change rebuilds the key string
+(:func:`update_key`, which keeps a key the fields already describe), a pasted key string sets the
+fields to what it contains (:func:`key_fields`), and every key string change (typed, pasted or
+rebuilt) re-describes it (:func:`describe_key`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import gradio as gr
 from demo_common import UserInputError, get_tokenizer
 from transformers import WatermarkingConfig
 
@@ -17,6 +19,10 @@ from icw.keys import FAMILIES, FAMILY_NAMES, ICWKey, ICWKeyError, KeyMismatchErr
 from icw.vocab import vocabulary
 
 FAMILY_CHOICES = [(f"{FAMILY_NAMES[f]} ({f.upper()})", f) for f in FAMILIES]
+#: The ranges of the key fields' sliders (a pasted key outside them widens its slider).
+GAMMA_RANGE = (0.05, 0.5, 0.05)
+NUM_LETTERS_RANGE = (1, 25)
+LENGTH_RANGE = (4, 40)
 DELTA_HELP = {
     "tsp": "Added to the logits of the green tokens T in answer 3 (0 = the family default).",
     "wip": "Added to the logits of word-initial tokens starting with a green letter in answer 3 (0 = default).",
@@ -117,6 +123,53 @@ def describe_key(key_string: str, model_name: str) -> tuple[str, str]:
         return key_material(key, tok if key.family == "tsp" else None), key.instruction(tok)
     except UserInputError as err:
         return f"**Check the key:** {err}", ""
+
+
+def fields_match(key_string: str, family: str, seed: Any, gamma: Any, pool_size: Any, num_letters: Any,
+                 length: Any) -> bool:
+    """Whether ``key_string`` is a key the form fields describe (its family, seed and family parameters)."""
+    try:
+        key = ICWKey.from_string(key_string)
+        if key.family != family or key.seed != int(seed):
+            return False
+        if family == "tsp":
+            return abs(key.gamma - float(gamma)) < 1e-9 and (key.pool_size or 0) == int(pool_size or 0)
+        return key.num_letters == int(num_letters) if family == "wip" else key.length == int(length)
+    except (ICWKeyError, ValueError, TypeError):
+        return False
+
+
+def update_key(key_string: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
+               model_name: str) -> tuple[Any, Any]:
+    """A key field changed: rebuild the key string, unless it is already a key these fields describe (as
+    after :func:`key_fields` set them from a pasted key, which may carry an explicit secret or letters)."""
+    if fields_match(key_string, family, seed, gamma, pool_size, num_letters, length):
+        return gr.skip(), gr.skip()
+    return make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
+
+
+def _slider(value: float, low: float, high: float, step: float | None = None) -> Any:
+    """A slider set to ``value``, its range widened (and step refined) so the value is kept as it is."""
+    update: dict[str, Any] = {"value": value, "minimum": min(low, value), "maximum": max(high, value)}
+    if step is not None and abs(round(value / step) * step - value) > 1e-9:
+        update["step"] = 0.01
+    return gr.update(**update)
+
+
+def key_fields(key_string: str) -> tuple[Any, ...]:
+    """A typed or pasted key string -> (family, seed, gamma, pool_size, num_letters, length) set to what
+    the key contains; fields the key does not use, and every field while the string does not parse
+    (mid-edit), stay as they are."""
+    try:
+        key = parse_key(key_string)
+    except UserInputError:
+        return (gr.skip(),) * 6
+    tsp, wip, sa = (key.family == f for f in ("tsp", "wip", "sa"))
+    return (key.family, key.seed,
+            _slider(key.gamma, *GAMMA_RANGE) if tsp else gr.skip(),
+            (key.pool_size or 0) if tsp else gr.skip(),
+            _slider(key.num_letters, *NUM_LETTERS_RANGE) if wip else gr.skip(),
+            _slider(key.length, *LENGTH_RANGE) if sa else gr.skip())
 
 
 def random_seed() -> int:

@@ -3,7 +3,8 @@
 A detector needs only a tokenizer, never LLM weights. The pipeline accepts:
 
 * no ``model=`` at all: the tokenizer the key records (``pipeline("icw-detection", keys=key)``,
-  offline for the embedded ``qwen3``/``gpt2``/``smollm2``; SA keys name none, so pass one);
+  offline for the embedded ``qwen3``/``gpt2``/``smollm2``); SA keys name none and need none, so a
+  detector for SA keys alone holds no tokenizer;
 * a tokenizer object (the offline way in, e.g. ``icw.models.load_tokenizer("qwen3")``);
 * a Hub model id or a local model folder: transformers reads its ``config.json``, then
   :class:`ICWTokenizerOnlyModel` (registered as the task's model class, so it is tried first)
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
@@ -57,6 +59,18 @@ class _KeyTokenizer:
 
     def __str__(self) -> str:
         return "the tokenizer the key records"
+
+
+class _QuietDefault(logging.Filter):
+    """Drop transformers' "No model was supplied, defaulted to ..." warning for this task's default only.
+
+    ``pipeline()`` logs it whenever ``model=`` is missing, advising against a Hub default in production.
+    Here the default is no Hub model but the tokenizer the key itself records, so the documented call
+    ``pipeline("icw-detection", keys=key)`` stays silent; other tasks' warnings pass untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"defaulted to {_KeyTokenizer()} " not in record.getMessage()
 
 
 #: ``pipeline("icw-detection", keys=...)`` without ``model=`` uses the tokenizer the key records.
@@ -94,6 +108,13 @@ class ICWTokenizerOnlyModel:
         self.name_or_path = name_or_path or getattr(tokenizer, "name_or_path", None)
 
     @classmethod
+    def without_tokenizer(cls) -> ICWTokenizerOnlyModel:
+        """The stand-in of a detector built from SA keys alone: SA counts sentences, not tokens."""
+        model = cls.__new__(cls)
+        model.tokenizer = model.config = model.name_or_path = None
+        return model
+
+    @classmethod
     def from_pretrained(cls, name_or_path: str | Path, config: Any = None, **kwargs: Any) -> ICWTokenizerOnlyModel:
         """Load the tokenizer of a Hub id or folder; model weights are never read."""
         from transformers import AutoConfig, AutoTokenizer
@@ -121,7 +142,8 @@ class ICWTokenizerOnlyModel:
         return False
 
     def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> None:
-        self.tokenizer.save_pretrained(save_directory)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
         if self.config is not None:
             self.config.save_pretrained(save_directory)
 
@@ -171,7 +193,8 @@ def _pipeline_class() -> type:
             model: what ``pipeline("icw-detection", model=...)`` passes: a tokenizer-only stand-in model
                 (see :class:`ICWTokenizerOnlyModel`) or a tokenizer alias, folder or object.
             tokenizer (*optional*): the tokenizer that scores texts; ``None`` takes it from ``model`` or
-                from the (first) key.
+                from the first key that names one (none for SA keys alone: each TSP/WIP key given
+                later per call then uses the tokenizer it records).
             keys (`ICWKey`, `str` or a list of them, *optional*): the default key(s) of every call: one key,
                 or one per text.
             alpha (`float`, defaults to 0.01): the default significance level: a text is watermarked when
@@ -192,7 +215,8 @@ def _pipeline_class() -> type:
                      highlights: bool = True, key: Any = None, **kwargs: Any) -> None:
             keys = _renamed_key(keys, key)
             if isinstance(model, _KeyTokenizer) or (model is None and tokenizer is None):
-                model = ICWTokenizerOnlyModel(_key_tokenizer(keys))
+                own = _key_tokenizer(keys)
+                model = ICWTokenizerOnlyModel.without_tokenizer() if own is None else ICWTokenizerOnlyModel(own)
             elif not isinstance(model, ICWTokenizerOnlyModel):
                 # a tokenizer object passed as ``model=`` (the offline way in)
                 model = ICWTokenizerOnlyModel(tokenizer if model is None else model)
@@ -286,25 +310,33 @@ def _pipeline_class() -> type:
     return ICWDetectionPipeline
 
 
-def _key_tokenizer(key: Any) -> Any:
-    """The tokenizer a key records (the first key's, for one key per text), for a pipeline built without ``model=``."""
+def _key_tokenizer(keys: Any) -> Any:
+    """The tokenizer of a pipeline built without ``model=``: that of the first key naming one.
+
+    Args:
+        keys: the pipeline's ``keys=`` (one key, or one per text).
+
+    Returns:
+        The loaded tokenizer, or ``None`` when every key is SA (SA is verified without a tokenizer).
+    """
     from .keys import ICWKey, as_key
     from .models import load_tokenizer
 
-    if key is not None and not isinstance(key, (ICWKey, str, dict)):
-        key = next(iter(key), None)
-    name = None if key is None else as_key(key).tokenizer
-    if name is None:
-        what = "no key" if key is None else f"an {as_key(key).family.upper()} key, which names no tokenizer"
-        raise ValueError(f'pipeline("icw-detection") without model= needs a TSP or WIP key that names its tokenizer '
-                         f"(got {what}); pass model=load_tokenizer(...) or use icw.pipeline.detector(key, tokenizer=...)")
-    return load_tokenizer(name)
+    if keys is None:
+        raise ValueError('pipeline("icw-detection") without model= needs keys=...: it uses the tokenizer the key '
+                         "records (SA keys need none); or pass model=load_tokenizer(...)")
+    keys = [keys] if isinstance(keys, (ICWKey, str, dict)) else list(keys)
+    name = next((k.tokenizer for k in map(as_key, keys) if k.tokenizer is not None), None)
+    return None if name is None else load_tokenizer(name)
 
 
 def register() -> None:
     """Register ``"icw-detection"`` with transformers' ``PIPELINE_REGISTRY`` (idempotent)."""
     from transformers.pipelines import PIPELINE_REGISTRY
 
+    quiet = logging.getLogger("transformers.pipelines")
+    if not any(isinstance(f, _QuietDefault) for f in quiet.filters):
+        quiet.addFilter(_QuietDefault())
     if TASK in PIPELINE_REGISTRY.supported_tasks:
         return
     PIPELINE_REGISTRY.register_pipeline(
@@ -348,7 +380,7 @@ def detector(keys: Any = None, tokenizer: Any = "qwen3", *, key: Any = None, **k
         keys (`ICWKey`, `str` or a list of them, *optional*): the key every call uses unless it
             passes its own (one key, or one per text). ``key=`` is its deprecated spelling.
         tokenizer (`str` or tokenizer, defaults to ``"qwen3"``): an alias, a folder or a tokenizer
-            object; ``None`` uses the tokenizer named in the (first) key.
+            object; ``None`` uses the tokenizer the (first) key names, and none for SA keys alone.
         key (*optional*): deprecated spelling of ``keys``.
         **kwargs: passed to ``transformers.pipeline`` (``alpha=``, ``highlights=``, ``batch_size=``).
 
@@ -361,17 +393,12 @@ def detector(keys: Any = None, tokenizer: Any = "qwen3", *, key: Any = None, **k
     key = _renamed_key(keys, key)
     from transformers import pipeline
 
-    from .keys import as_key
     from .models import resolve_tokenizer
 
     register()
-    if tokenizer is None:
-        first = key if key is None or isinstance(key, (str, dict)) or hasattr(key, "family") else next(iter(key), None)
-        if first is None or as_key(first).tokenizer is None:
-            raise ValueError("pass tokenizer=..., or a TSP/WIP key that names its tokenizer")
-        tokenizer = as_key(first).tokenizer
-    tokenizer = resolve_tokenizer(tokenizer)
-    return pipeline(TASK, model=tokenizer, keys=key, **kwargs)
+    if tokenizer is None:  # the task's default: the tokenizer the key records (none for SA keys alone)
+        return pipeline(TASK, keys=key, **kwargs)
+    return pipeline(TASK, model=resolve_tokenizer(tokenizer), keys=key, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

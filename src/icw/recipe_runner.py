@@ -1,0 +1,145 @@
+"""What ``recipes/*.py`` run: the recipe's ``TrlParser`` and ``main``, with errors a user can fix as one line.
+
+Each recipe script keeps trl's shape, inside :func:`recipe_errors`::
+
+    parser = make_parser()
+    with recipe_errors(parser, "sdlp"):
+        main(*parser.parse_args_and_config())
+
+so a script reports errors as ``icw`` does (one ``icw: error: ...`` line, exit status 2), including the
+one a new user meets first: a configuration that names Hub models or datasets, run offline
+(``HF_HUB_OFFLINE=1``) or without network. That line names the local alternative
+(``--model_name_or_path smollm2``, a local folder, a queries file) instead of a ``ConnectionError``
+traceback. ``--help`` lists ``--config`` (the YAML run file), which ``TrlParser`` reads itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+#: The offline configurations that run every recipe on the embedded SmolLM2 (``recipes/configs/<this>/``).
+OFFLINE_CONFIGS = Path("recipes") / "configs" / "smollm2-135m"
+#: Config fields that may name a Hub repository -> what replaces it offline (``{recipe}``-specific for data).
+LOCAL_ALTERNATIVES = {
+    "model_name_or_path": "--model_name_or_path smollm2 (the embedded SmolLM2-135M-Instruct) or a local model folder",
+    "dataset_name": "--dataset_name FOLDER (a D_cs folder written by recipes/synthesize.py)",
+}
+#: For synthesis, ``dataset_name`` is a Hub dataset of queries: a local file (or the bundled questions) replaces it.
+SYNTHESIS_QUERIES = "--queries_file FILE (one query per line; without it and dataset_name: the bundled questions)"
+#: Exception class names (anywhere in an error's chain or its classes' bases) that mean "the Hub is unreachable".
+HUB_UNREACHABLE = frozenset({"ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectError",
+                             "ConnectTimeout", "ConnectTimeoutError", "NewConnectionError"})
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised from or during (``__cause__``, ``__context__``)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def hub_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` comes from a Hugging Face Hub download that failed offline or without network.
+
+    Args:
+        err: the exception a recipe raised.
+    """
+    return any(cls.__name__ in HUB_UNREACHABLE for e in _chain(err) if not isinstance(e, BrokenPipeError)
+               for cls in type(e).__mro__)
+
+
+def _hub_fields(parsed: Sequence[Any]) -> dict[str, str]:
+    """The parsed config fields that name a Hub repository: set, not an existing path, not ``smollm2``."""
+    found: dict[str, str] = {}
+    for args in parsed:
+        for name in LOCAL_ALTERNATIVES:
+            value = getattr(args, name, None)
+            if isinstance(value, str) and value and value != "smollm2" and not Path(value).expanduser().exists():
+                found.setdefault(name, value)
+    return found
+
+
+def hub_error_message(err: BaseException, parsed: Sequence[Any], recipe: str) -> str:
+    """One line for a recipe that needed the Hub and could not reach it, naming the local alternatives.
+
+    Args:
+        err: the exception (see :func:`hub_unreachable`).
+        parsed: the recipe's parsed dataclasses (its ``model_name_or_path`` and ``dataset_name`` are read).
+        recipe (`str`): the recipe's name (``"synthesize"``, ``"sdlp"``, ...), for the offline config's path.
+    """
+    from huggingface_hub import constants
+
+    fields = _hub_fields(parsed) or {"model_name_or_path": "?"}
+    text = " ".join(str(e) for e in _chain(err))
+    failed = next((f"{name} {value!r}" for name, value in fields.items() if value in text),
+                  " and ".join(f"{name} {value!r}" for name, value in fields.items() if value != "?") or "a download")
+    why = "HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE else "no network"
+    order = sorted(fields, key=lambda name: not failed.startswith(name))  # the field that failed first
+    local = [SYNTHESIS_QUERIES if name == "dataset_name" and recipe == "synthesize" else LOCAL_ALTERNATIVES[name]
+             for name in order]
+    offline = OFFLINE_CONFIGS / f"{recipe}.yaml"
+    return (f"cannot reach the Hugging Face Hub for {failed} ({why}); use local files instead: "
+            f"{' and '.join(local)}, as --config {offline.as_posix()} does")
+
+
+def _help_lists_config(parser: argparse.ArgumentParser, recipe: str) -> None:
+    """Show ``--config`` in ``--help``; ``TrlParser.parse_args_and_config`` consumes it before argparse runs."""
+    parser.add_argument("--config", metavar="YAML", default=argparse.SUPPRESS,
+                        help=f"a YAML run file whose fields set the defaults (e.g. {OFFLINE_CONFIGS.as_posix()}/"
+                             f"{recipe}.yaml, offline); --field value on the command line overrides them")
+
+
+class _Recorded:
+    """What the recipe parsed, once it has (empty before: an error while parsing names no config field)."""
+
+    parsed: tuple[Any, ...] = ()
+
+
+@contextlib.contextmanager
+def recipe_errors(parser: Any, recipe: str) -> Iterator[Any]:
+    """Run a recipe's ``main(*parser.parse_args_and_config())`` with errors a user can fix as one line.
+
+    The recipe keeps trl's script shape; inside this block an error a user can fix (those ``icw`` prints
+    as one line, and a Hub that cannot be reached) prints one ``icw: error: ...`` line and exits with
+    status 2. Other errors keep their traceback.
+
+    Args:
+        parser (`trl.TrlParser`): the recipe's parser (``make_parser()``); ``--help`` then lists ``--config``.
+        recipe (`str`): the recipe's name (``"synthesize"``, ``"sdlp"``, ``"grpo"``, ``"sft"``), for the
+            offline configuration the message names.
+
+    Example:
+        >>> from icw.recipe_runner import recipe_errors
+        >>> from icw.train.synthesis import make_parser
+        >>> with recipe_errors(make_parser(), "synthesize") as parser:  # doctest: +SKIP
+        ...     main(*parser.parse_args_and_config())
+    """
+    from .cli import _USER_ERRORS
+
+    _help_lists_config(parser, recipe)
+    recorded = _Recorded()
+    parse = parser.parse_args_and_config
+
+    def parse_and_record(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        recorded.parsed = parse(*args, **kwargs)
+        return recorded.parsed
+
+    parser.parse_args_and_config = parse_and_record
+    try:
+        yield parser
+    except Exception as err:
+        if hub_unreachable(err):
+            message = hub_error_message(err, recorded.parsed, recipe)
+        elif isinstance(err, _USER_ERRORS):
+            message = str(err) or type(err).__name__  # as the icw command prints them
+        else:
+            raise
+        print(f"icw: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
