@@ -128,7 +128,10 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
 def test_friendly_error_in_the_browser(space_url, page, tmp_path):
     page.goto(space_url, wait_until="networkidle")
     _wait_for_key(page)
-    page.locator("#icw-generate").click()  # no query typed
+    query = page.locator("#icw-query textarea")
+    assert query.input_value().strip(), "the query box opens prefilled, so a first click runs"
+    query.fill("")  # a user who clears it and clicks gets a message, not a traceback
+    page.locator("#icw-generate").click()
     page.wait_for_function(
         "() => (document.querySelector('#icw-status')?.innerText || '').includes('Type a question first')",
         timeout=30_000)
