@@ -176,7 +176,7 @@ def plot(out: Path, target: str) -> None:
         signal = "reward" if any("reward" in h for h in history) else "loss"
         logged = [h for h in history if signal in h]
         axes[2].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})")
-        for ax, cond in zip(axes, ("B", "A"), strict=True):
+        for ax, cond in zip(axes[:2], ("B", "A"), strict=True):
             mean = [c["probe"][cond][0] for c in cells]
             se = [c["probe"][cond][1] for c in cells]
             ax.errorbar(steps, mean, yerr=[2 * s for s in se], marker="o", capsize=3, label=tag.name)

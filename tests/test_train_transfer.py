@@ -245,3 +245,22 @@ def test_ablation_script_runs_its_base_row_end_to_end(tmp_path):
     assert cells == ["dcs.json", "dose-wip.json", "eval-base-wip.json"]
     rerun = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
     assert "ablation: cell" not in rerun.stdout  # finished cells are never redone
+
+
+def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
+    import importlib.util
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
+    spec = importlib.util.spec_from_file_location("transfer_curve", path)
+    curve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(curve)
+    tag = tmp_path / "curves" / "wip-r16-c8"
+    tag.mkdir(parents=True)
+    for step, b in ((0, -0.03), (100, 0.02)):
+        probe = {c: [b if c == "B" else 0.05, 0.01] for c in ("A", "B", "C", "plain")}
+        (tag / f"step-{step}.json").write_text(json.dumps({"step": step, "probe": probe}))
+    curve.plot(tmp_path, str(tmp_path / "curves.png"))
+    table = capsys.readouterr().out
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert "| wip-r16-c8 | 100 | +0.050 ± 0.010 | +0.020 ± 0.010 |" in table
