@@ -272,7 +272,9 @@ def wire_watermark_tab(ui: SimpleNamespace) -> None:
     ui.model.change(make_key, fields, [ui.key_string, ui.material], api_name=False, queue=False)  # its tokenizer
     ui.key_string.change(describe_key, [ui.key_string, ui.model], [ui.material, ui.instruction], api_name=False,
                          queue=False)
-    ui.key_string.change(key_fields, ui.key_string, fields[:-1], api_name=False, queue=False)
+    # only a key the user types or pastes sets the fields: on every change, a key rebuilt from fields still
+    # in flight would set them back over the user's next edit
+    ui.key_string.input(key_fields, ui.key_string, fields[:-1], api_name=False, queue=False)
     ui.key_string.change(key_legend, ui.key_string, ui.legend, api_name=False, queue=False)
     answer_boxes = [answer for answer, _ in ui.answers]
     ui.family.change(family_controls, ui.family, [ui.gamma, ui.pool_size, ui.num_letters, ui.length, ui.delta,
