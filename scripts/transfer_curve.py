@@ -12,9 +12,11 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8-grpo --grpo_from wip-r16-c8 \
         --steps 100 --every 25                                    # GRPO from that run's last checkpoint
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --plot docs/transfer_curves.png   # all tags
+    .venv/bin/python scripts/transfer_curve.py --out runs/curve-sa --family sa --tag sa-r16-orig --steps 400 \
+        --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: held-out detection only (no probe)
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy); ``--relabel_copies`` trains each
-``D_H1`` answer under that many fresh keys (prefix-free targets).
+``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
            "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
            "--learning_rate", str(args.lr), "--max_steps", str(args.steps), "--lr_scheduler_type", "constant",
            "--per_device_train_batch_size", str(args.batch), "--max_response_length", str(args.train_tokens + 1),
-           "--loss_chunk_size", "512", "--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
+           "--loss_chunk_size", "512"]
+    if args.relabel_copies:
+        cmd += ["--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
     if args.lora_r:
         cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r)]
     _recipe(cmd, out)
@@ -156,44 +160,58 @@ def training_log(model_dir: Path) -> list[dict]:
 
 
 def plot(out: Path, target: str) -> None:
-    """Probe B (and A, C, plain) against step for every tag under ``out/curves``; one PNG, one table."""
+    """Probe B and A (WIP/TSP), held-out AUC (every family) and the training signal against step for
+    every tag under ``out/curves``; one PNG, one table."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tags = sorted(p for p in (out / "curves").iterdir() if p.is_dir())
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR |",
-             "|---|---|---|---|---|---|---|---|"]
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
+    lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR | verdict@0.01 |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for tag in tags:
         cells = sorted((json.loads(p.read_text()) for p in tag.glob("step-*.json")), key=lambda c: c["step"])
-        cells = [c for c in cells if "probe" in c]
         if not cells:
             continue
-        steps = [c["step"] for c in cells]
         history = training_log(out / "models" / tag.name)
         signal = "reward" if any("reward" in h for h in history) else "loss"
         logged = [h for h in history if signal in h]
-        axes[2].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})")
+        axes[3].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})")
+        probed = [c for c in cells if "probe" in c]
         for ax, cond in zip(axes[:2], ("B", "A"), strict=True):
-            mean = [c["probe"][cond][0] for c in cells]
-            se = [c["probe"][cond][1] for c in cells]
-            ax.errorbar(steps, mean, yerr=[2 * s for s in se], marker="o", capsize=3, label=tag.name)
+            if probed:
+                ax.errorbar([c["step"] for c in probed], [c["probe"][cond][0] for c in probed], marker="o", capsize=3,
+                            yerr=[2 * c["probe"][cond][1] for c in probed], label=tag.name)
+        detected = [c for c in cells if "detection" in c]
+        if detected:
+            auc = [c["detection"]["roc_auc"] for c in detected]
+            lo, hi = zip(*(c["detection"]["roc_auc_ci"] for c in detected), strict=True)
+            axes[2].errorbar([c["step"] for c in detected], auc, marker="o", capsize=3, label=tag.name,
+                             yerr=[[a - low for a, low in zip(auc, lo, strict=True)],
+                                   [high - a for a, high in zip(auc, hi, strict=True)]])
         for c in cells:
             det = c.get("detection")
-            auc = (f"{det['roc_auc']:.3f} ({det['roc_auc_ci'][0]:.2f}-{det['roc_auc_ci'][1]:.2f})" if det else "")
-            tpr = f"{det['tpr_at_fpr']:.3f}" if det and det["num_negative"] >= 100 else ("n/e" if det else "")
-            lines.append(f"| {tag.name} | {c['step']} | " + " | ".join(
-                "{:+.3f} ± {:.3f}".format(*c["probe"][k]) for k in ("A", "B", "C", "plain")) + f" | {auc} | {tpr} |")
-    for ax, title in zip(axes, ("B: prompt K', scored on K' (reads the instruction)",
-                                "A: prompt K, scored on K", "training loss (SDLP) / mean reward z (GRPO)"), strict=True):
-        if ax is not axes[2]:
+            probe = " | ".join("{:+.3f} ± {:.3f}".format(*c["probe"][k]) if "probe" in c else "n/a"
+                               for k in ("A", "B", "C", "plain"))
+            auc = f"{det['roc_auc']:.3f} ({det['roc_auc_ci'][0]:.2f}-{det['roc_auc_ci'][1]:.2f})" if det else ""
+            tpr = (f"{det['tpr_at_fpr']:.3f} ({det['tpr_at_fpr_ci'][0]:.2f}-{det['tpr_at_fpr_ci'][1]:.2f})"
+                   if det and det["num_negative"] >= 100 else ("n/e" if det else ""))
+            verdict = f"{det['verdict_rate']:.3f}" if det else ""
+            lines.append(f"| {tag.name} | {c['step']} | {probe} | {auc} | {tpr} | {verdict} |")
+    titles = ("B: prompt K', scored on K' (reads the instruction)", "A: prompt K, scored on K",
+              "held-out ROC-AUC, instructed vs plain (95% CI)", "training loss (SDLP) / mean reward z (GRPO)")
+    for i, (ax, title) in enumerate(zip(axes, titles, strict=True)):
+        if i < 2:
             ax.axhline(0, color="grey", lw=0.8)
             ax.set_ylabel("log-odds lift over the base (± 2 s.e.)")
+        if i == 2:
+            ax.axhline(0.5, color="grey", lw=0.8)
         ax.set_xlabel("training step")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
+        if ax.has_data():
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(target, dpi=110)
     print("\n".join(lines))
@@ -211,7 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for SDLP, 1e-5 for GRPO")
     parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank; 0 trains all weights")
-    parser.add_argument("--relabel_copies", type=int, default=8)
+    parser.add_argument("--relabel_copies", type=int, default=8,
+                        help="fresh keys per D_H1 answer; 0 trains each answer under the key it was written with")
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
     parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
     parser.add_argument("--eval_tokens", type=int, default=160)
