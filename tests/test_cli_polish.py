@@ -142,3 +142,18 @@ def test_synthesis_default_queries_are_offline_train_questions_and_it_says_where
     assert len(data) == 3 and set(data["query"]) <= train
     out = capsys.readouterr().out
     assert f"saved D_cs (3 rows) to {Path(config.output_dir) / 'data.parquet'}" in out
+
+
+def test_icw_train_offline_ends_in_one_line_naming_the_local_alternative(tmp_path):
+    """``icw train <recipe>`` ends a Hub download that fails offline as the recipe scripts do (issue 23): one
+    ``icw: error:`` line naming the local alternative, exit status 2, no ``ConnectionError`` traceback."""
+    root = Path(__file__).resolve().parents[1]
+    offline = {**ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "icw.cli", "train", "synthesize", "--config",
+                           str(root / "recipes/configs/qwen3-14b/synthesize.yaml"), "--output_dir", str(tmp_path / "out")],
+                          env=offline, capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("icw: error: cannot reach the Hugging Face Hub for dataset_name 'vblagoje/lfqa'")
+    assert "HF_HUB_OFFLINE=1" in line and "--model_name_or_path smollm2" in line
+    assert "recipes/configs/smollm2-135m/synthesize.yaml" in line

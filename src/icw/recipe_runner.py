@@ -24,6 +24,8 @@ from typing import Any
 
 #: The offline configurations that run every recipe on the embedded SmolLM2 (``recipes/configs/<this>/``).
 OFFLINE_CONFIGS = Path("recipes") / "configs" / "smollm2-135m"
+#: The recipes with a configuration there (``icw train adaptive-attack`` has none).
+OFFLINE_RECIPES = frozenset({"synthesize", "sdlp", "grpo", "sft"})
 #: Config fields that may name a Hub repository -> what replaces it offline (``{recipe}``-specific for data).
 LOCAL_ALTERNATIVES = {
     "model_name_or_path": "--model_name_or_path smollm2 (the embedded SmolLM2-135M-Instruct) or a local model folder",
@@ -85,8 +87,8 @@ def hub_error_message(err: BaseException, parsed: Sequence[Any], recipe: str) ->
     local = [SYNTHESIS_QUERIES if name == "dataset_name" and recipe == "synthesize" else LOCAL_ALTERNATIVES[name]
              for name in order]
     offline = OFFLINE_CONFIGS / f"{recipe}.yaml"
-    return (f"cannot reach the Hugging Face Hub for {failed} ({why}); use local files instead: "
-            f"{' and '.join(local)}, as --config {offline.as_posix()} does")
+    example = f", as --config {offline.as_posix()} does" if recipe in OFFLINE_RECIPES else ""
+    return f"cannot reach the Hugging Face Hub for {failed} ({why}); use local files instead: {' and '.join(local)}{example}"
 
 
 def _help_lists_config(parser: argparse.ArgumentParser, recipe: str) -> None:

@@ -28,10 +28,14 @@ RECIPES = {
 
 
 def _run(args: argparse.Namespace) -> None:
+    from ..recipe_runner import recipe_errors
+
     module = importlib.import_module(RECIPES[args.train_command][0])
     parser = module.make_parser(prog=f"icw train {args.train_command}")
-    # TrlParser raises ValueError for unknown keys and bad values: icw's CLI prints it as one line
-    module.main(*parser.parse_args_and_config(args.options))
+    # as the recipe scripts: a Hub that cannot be reached (offline, no network) and the errors a user can
+    # fix (TrlParser's ValueError for unknown keys and bad values) end in one line naming what to do, status 2
+    with recipe_errors(parser, args.train_command):
+        module.main(*parser.parse_args_and_config(args.options))
 
 
 def _probe(args: argparse.Namespace) -> None:
