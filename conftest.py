@@ -30,6 +30,7 @@ _NEEDS_EXTRA = {
     "src/icw/evaluate_metrics.py": ("datasets", "evaluate"),  # bench
     "src/icw/publish.py": ("datasets", "evaluate"),  # bench
     "src/icw/train": ("datasets", "trl"),  # train
+    "src/icw/integrations/datatrove.py": ("datatrove", "orjson", "pyarrow"),  # datatrove
 }
 
 collect_ignore = [path for path, modules in _NEEDS_EXTRA.items()

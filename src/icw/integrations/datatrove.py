@@ -1,0 +1,230 @@
+"""ICW detection as datatrove pipeline steps: verify every document of a corpus on any datatrove executor.
+
+A platform screening submissions or a dataset builder filtering a crawl reads its documents with any
+datatrove reader (``JsonlReader``, ``ParquetReader``, ``HuggingFaceDatasetReader``, ...) and adds one of
+these steps; the executor (``LocalPipelineExecutor``, ``SlurmPipelineExecutor``, ``RayPipelineExecutor``)
+shards the input files over tasks, and datatrove's ``completions/`` folder lets a rerun skip the tasks
+that finished (a task that died is redone as a whole; its writers reopen their per-rank files, so no
+document is written twice).
+
+* :class:`ICWDetector` writes the verdict into each document's metadata and passes every document on.
+* :class:`ICWFilter` does the same, then drops the watermarked documents (or keeps only them, with
+  ``keep_watermarked=True``); the documents it drops go to its ``exclusion_writer``, as with any
+  datatrove filter.
+
+Both verify ``batch_size`` documents per :func:`icw.verify` call (or per :func:`icw.verify_keys` call
+for a set of keys, with Holm's family-wise error control), and load the tokenizer once per worker
+process. The metadata fields, prefixed by ``metadata_prefix`` (``icw_`` by default, so they cannot
+collide with a corpus's own columns):
+
+* ``z_score``, ``p_value``, ``is_watermarked`` (``p_value <= alpha``), ``num_tokens_scored``,
+  ``num_aligned`` (one key) and ``note`` (``""`` when there is none; every field keeps one type, as a
+  parquet writer needs);
+* ``key``: the key tested (with a set of keys, the one with the smallest p-value), and ``fired``: the
+  keys whose Holm-adjusted p-value is at most ``alpha``, space-separated (a set of keys only);
+* ``statistic``, ``null_hypothesis`` and ``p_value_method``: what was counted and what ``p_value``
+  means. With a set of keys, ``p_value`` is the smallest Holm-adjusted p-value: the family-wise
+  p-value, at most ``alpha`` exactly when a key fires.
+
+A document that cannot be scored does not stop its task: a blank text gets :func:`icw.verify`'s note
+(``empty text: nothing to score``, ``p_value`` 1), and a text longer than ``max_chars`` is not scored
+(``p_value`` 1, a note saying to raise ``max_chars``). datatrove's readers already skip documents
+without any text. A malformed key fails when the step is built, before any task starts.
+
+This module needs the ``datatrove`` extra (``pip install icw[datatrove]``); ``import icw`` never
+imports it.
+
+Example:
+    >>> from datatrove.executor import LocalPipelineExecutor
+    >>> from datatrove.pipeline.readers import JsonlReader
+    >>> from datatrove.pipeline.writers import JsonlWriter
+    >>> from icw.integrations.datatrove import ICWDetector
+    >>> LocalPipelineExecutor([JsonlReader("corpus/"), ICWDetector(key="icw:sa:seed=1,length=18"),
+    ...                        JsonlWriter("scored/")], tasks=4, logging_dir="logs/icw").run()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from datatrove.data import Document, DocumentsPipeline
+    from datatrove.pipeline.base import PipelineStep
+    from datatrove.pipeline.filters.base_filter import BaseFilter
+    from datatrove.pipeline.writers.disk_base import DiskWriter
+    from datatrove.utils.batching import batched
+except ImportError as err:  # an optional extra: one line that says what to install
+    raise ImportError(f"icw's datatrove steps need the datatrove extra: pip install 'icw[datatrove]' "
+                      f"(cannot import {(err.name or 'datatrove').split('.')[0]})") from None
+
+from ..keys import ICWKey, as_key
+from ..verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, verify
+
+__all__ = ["ICWDetector", "ICWFilter"]
+
+
+class _ICWScoring:
+    """The scoring shared by both steps. Keys are kept as strings: a step is pickled to every worker
+    (and written to the executor's JSON), so it carries no parsed key caches and no tokenizer."""
+
+    def _setup(self, key: ICWKey | str | None, keys: Sequence[ICWKey | str] | None, tokenizer: Any, alpha: float,
+               max_chars: int, batch_size: int, metadata_prefix: str) -> None:
+        if (key is None) == (keys is None):
+            raise ValueError("pass either key= (one key) or keys= (a set of keys, with Holm's correction), not both")
+        parsed = [as_key(key)] if key is not None else [as_key(k) for k in keys]  # a malformed key fails here
+        if not parsed:
+            raise ValueError("keys= is empty: pass at least one key")
+        families = {k.family for k in parsed}
+        if len(families) > 1:
+            raise ValueError(f"keys of several families ({', '.join(sorted(families))}): use one step per family")
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+            raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
+        self.keys = [k.to_string() for k in parsed]
+        self.multi_key = keys is not None
+        self.family = parsed[0].family
+        # TSP/WIP: the key's own tokenizer name unless overridden; SA needs none
+        self.tokenizer = None if self.family == "sa" else (tokenizer if tokenizer is not None else parsed[0].tokenizer)
+        self.alpha, self.max_chars, self.batch_size, self.prefix = alpha, max_chars, batch_size, metadata_prefix
+
+    def _tokenizer(self) -> Any:
+        if self.tokenizer is None or not isinstance(self.tokenizer, str):
+            return self.tokenizer
+        from ..corpus import _tokenizer  # cached per process: each worker loads it once, for all its tasks
+
+        return _tokenizer(self.tokenizer)
+
+    def _score(self, docs: list[Document]) -> list[bool]:
+        """Write the verdicts into ``doc.metadata``; return ``is_watermarked`` per document."""
+        texts = [d.text if isinstance(d.text, str) else "" if d.text is None else str(d.text) for d in docs]
+        fits = [i for i, t in enumerate(texts) if len(t) <= self.max_chars]
+        rows: list[dict[str, Any]] = [self._too_long(len(t)) for t in texts]
+        if fits:
+            batch = [texts[i] for i in fits]
+            scored = self._verify_many(batch) if self.multi_key else self._verify_one(batch)
+            for i, row in zip(fits, scored, strict=True):
+                rows[i] = row
+        for doc, row in zip(docs, rows, strict=True):
+            doc.metadata.update({self.prefix + name: value for name, value in row.items()})
+            self.stat_update("watermarked" if row["is_watermarked"] else "not_watermarked")
+            if row["num_tokens_scored"] == 0:
+                self.stat_update("nothing_scored")
+        return [row["is_watermarked"] for row in rows]
+
+    def _verify_one(self, texts: list[str]) -> list[dict[str, Any]]:
+        results = verify(texts, self.keys[0], self._tokenizer(), alpha=self.alpha, max_chars=self.max_chars)
+        return [{"key": r.key, "z_score": r.z_score, "p_value": r.p_value, "is_watermarked": r.is_watermarked,
+                 "num_tokens_scored": r.num_tokens_scored, "num_aligned": r.num_aligned, "note": r.note or "",
+                 "statistic": r.statistic, "null_hypothesis": r.null_hypothesis, "p_value_method": r.p_value_method}
+                for r in results]
+
+    def _verify_many(self, texts: list[str]) -> list[dict[str, Any]]:
+        from ..multikey import verify_keys
+
+        results = verify_keys(texts, self.keys, self._tokenizer(), alpha=self.alpha, max_chars=self.max_chars)
+        rows = []
+        for r in results:
+            best = int(r.p_values.argmin())
+            rows.append({"key": r.keys[best], "fired": " ".join(r.keys[k] for k in r.fired),
+                         "z_score": float(r.z_scores[best]), "p_value": float(r.adjusted_p_values.min()),
+                         "is_watermarked": r.is_watermarked, "num_tokens_scored": r.num_tokens_scored,
+                         "note": r.note or "", "statistic": r.statistic, "null_hypothesis": r.null_hypothesis,
+                         "p_value_method": f"{r.p_value_method}; {r.correction}"})
+        return rows
+
+    def _too_long(self, length: int) -> dict[str, Any]:
+        # the same fields and types as a scored row, with verify's convention for "nothing scored"
+        row: dict[str, Any] = {"key": self.keys[0], "z_score": 0.0, "p_value": 1.0, "is_watermarked": False,
+                               "num_tokens_scored": 0, "num_aligned": 0,
+                               "note": f"not scored: {length:,} characters, more than max_chars={self.max_chars:,} "
+                                       "(raise max_chars, or split the document into passages)",
+                               "statistic": "", "null_hypothesis": "", "p_value_method": "not scored"}
+        if self.multi_key:
+            row.pop("num_aligned")
+            row["fired"] = ""
+        return row
+
+
+class ICWDetector(_ICWScoring, PipelineStep):
+    """Verify each document under an ICW key and write the verdict into ``doc.metadata``; every
+    document is passed on (see the module docstring for the fields).
+
+    Args:
+        key (`ICWKey` or `str`, *optional*): the key every document is tested against.
+        keys (`list[ICWKey | str]`, *optional*): a set of keys of one family instead (e.g. one per user
+            of a platform): each document is tested against all of them with Holm's family-wise error
+            control at ``alpha`` (:func:`icw.verify_keys`).
+        tokenizer (`str`, *optional*): the tokenizer name or folder for TSP/WIP keys (default: the
+            key's own); loaded once per worker process.
+        alpha (`float`, defaults to 0.01): significance level of ``is_watermarked``.
+        max_chars (`int`, defaults to 100,000): longer documents are not scored (a note says so).
+        batch_size (`int`, defaults to 256): documents per verify call.
+        metadata_prefix (`str`, defaults to ``"icw_"``): prefix of the metadata fields.
+
+    Example:
+        >>> from datatrove.data import Document
+        >>> step = ICWDetector(key="icw:sa:seed=3,secret=ABC")
+        >>> doc = next(step.run([Document("Apples fall. Bears run. Cats sleep.", id="a")]))
+        >>> doc.metadata["icw_num_aligned"], doc.metadata["icw_p_value"] < 0.05
+        (3, True)
+    """
+
+    name = "ICW detect"
+    type = "🔍 - DETECTOR"
+
+    def __init__(self, key: ICWKey | str | None = None, *, keys: Sequence[ICWKey | str] | None = None,
+                 tokenizer: str | None = None, alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS,
+                 batch_size: int = 256, metadata_prefix: str = "icw_") -> None:
+        super().__init__()
+        self._setup(key, keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        for batch in batched(data or (), self.batch_size):
+            self.stat_update("batches")
+            with self.track_time("batch"):
+                self._score(batch)
+            for doc in batch:
+                if isinstance(doc.text, str):  # a hand-made Document may lack text; readers never yield one
+                    self.update_doc_stats(doc)
+                yield doc
+
+
+class ICWFilter(_ICWScoring, BaseFilter):
+    """Verify each document like :class:`ICWDetector`, then drop the watermarked ones (a dataset
+    builder cleaning a crawl), or keep only them with ``keep_watermarked=True`` (a platform collecting
+    flagged submissions for review). The dropped documents, verdict included, go to
+    ``exclusion_writer`` when one is given, with ``filter_reason`` ``icw_watermarked`` or
+    ``icw_not_watermarked``. A document that could not be scored counts as not watermarked.
+
+    Args:
+        key, keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix: as in :class:`ICWDetector`.
+        keep_watermarked (`bool`, defaults to `False`): keep the watermarked documents instead of dropping them.
+        exclusion_writer (`DiskWriter`, *optional*): where the dropped documents are written.
+
+    Example:
+        >>> from datatrove.data import Document
+        >>> docs = [Document("Apples fall. Bears run. Cats sleep.", id="a"), Document("Some plain words.", id="b")]
+        >>> [d.id for d in ICWFilter(key="icw:sa:seed=3,secret=ABC", alpha=0.05).run(docs)]
+        ['b']
+    """
+
+    name = "ICW filter"
+
+    def __init__(self, key: ICWKey | str | None = None, *, keys: Sequence[ICWKey | str] | None = None,
+                 keep_watermarked: bool = False, exclusion_writer: DiskWriter | None = None,
+                 tokenizer: str | None = None, alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS,
+                 batch_size: int = 256, metadata_prefix: str = "icw_") -> None:
+        super().__init__(exclusion_writer=exclusion_writer, batch_size=batch_size)
+        self._setup(key, keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
+        self.keep_watermarked = keep_watermarked
+
+    def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        return self.filter_batch([doc])[0]
+
+    def filter_batch(self, batch: list[Document]) -> list[bool | tuple[bool, str]]:
+        reason = "icw_not_watermarked" if self.keep_watermarked else "icw_watermarked"
+        return [True if flagged == self.keep_watermarked else (False, reason) for flagged in self._score(batch)]
