@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from icw.cards import eval_results, eval_results_files, model_card
+from icw.cards import PAPER_NUM_QUERIES, eval_results, eval_results_files, model_card, write_training_card
 from icw.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,3 +209,57 @@ def test_generate_check_finds_a_stale_card(tmp_path):
     (folder / "card.yaml").write_text("model_id: m\nlicence: mit\n", encoding="utf-8")
     with pytest.raises(ValueError, match="unknown keys \\['licence'\\]"):
         generate.card_options(folder)
+
+
+def test_base_row_is_named_the_base_model_and_counts_come_from_the_results():
+    wip = {**RESULTS["families"]["wip"], "num_positive": 37, "num_negative": 41}
+    base = model_card({**RESULTS, "model": "HuggingFaceTB/SmolLM2-135M-Instruct", "families": {"wip": wip}},
+                      base_model="smollm2")  # icw's embedded SmolLM2 is the same base model
+    assert "the base model itself (no adapter, untrained for ICW)" in base.text and "derived from" not in base.text
+    assert base.data.base_model is None  # a model is not its own base on the Hub
+    assert "WIP 37/41" in base.text and "477" not in base.text
+    assert f"the paper evaluates {PAPER_NUM_QUERIES} queries per family" in base.text
+    tuned = model_card(RESULTS, base_model="org/base")
+    assert "`my-org/SmolLM2-135M-ICW`, fine-tuned from `org/base`" in tuned.text and tuned.data.base_model == "org/base"
+
+
+TRAINING = {"recipe": "sdlp", "model_id": "runs/sdlp-wip", "output_dir": "runs/sdlp-wip", "base_model": "smollm2",
+            "adapter": {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]},
+            "dataset": {"name": "data/dcs", "split": None, "max_rows": None}, "families": ["wip"],
+            "rows": {"wip": {"h1": 123, "h0": 45, "keys": 120}}, "keys": "each D_H1 answer under its own key.",
+            "settings": {"learning_rate": 0.0002}, "versions": {"icw": "0.1.0"},
+            "progress": {"global_step": 60, "max_steps": 60, "epoch": 2.0, "final": True, "train_loss": 3.25,
+                         "loss": [[10, 40.5], [60, 12.25]], "reward": None}}
+
+
+def test_a_training_card_says_it_was_not_evaluated_until_results_come(results_file, tmp_path):
+    out = tmp_path / "sdlp-wip"
+    text = write_training_card(TRAINING, out).read_text(encoding="utf-8")
+    card = ModelCard(text)
+    assert card.data.library_name == "peft" and card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert not card.data.eval_results and "sdlp" in card.data.tags
+    assert "Not evaluated yet" in text and "## Evaluation" in text
+    assert "WIP 123 D_H1 + 45 D_H0 (120 distinct keys)" in text and "rank 8, alpha 16, on q_proj, v_proj" in text
+    assert "60 optimizer steps of 60 (epoch 2.00); logged loss 40.5 at step 10 -> 12.25 at step 60" in text
+    assert "mean training loss 3.25" in text and "learning_rate 0.0002" in text
+    # its evaluation commands, run as printed, end with `icw hub model-card ... --out` on this folder: the
+    # results then join the card and the training section stays
+    assert f".venv/bin/icw hub model-card runs/eval-sdlp-wip/results.json --out {TRAINING['output_dir']}" in text
+    assert cli_main(["hub", "model-card", str(results_file), "--out", str(out)]) == 0
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "## How it was trained" in text and "WIP 123 D_H1" in text and "Not evaluated" not in text
+    assert "| WIP (Word-Initial Preference) | 50/50 | 0.640 |" in text
+    assert "Evaluated on ICWBench in instruction mode" in text
+
+
+def test_published_cards_how_to_runs_offline_as_printed(tmp_path):
+    """The "How to use" block of every published card runs offline (no Hub download) and prints z, p, verdict."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for folder in _generator().published_cards():
+        code = (folder / "README.md").read_text(encoding="utf-8").split("## How to use")[1]
+        code = code.split("```python\n")[1].split("```")[0]
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
+                             cwd=tmp_path)
+        assert run.returncode == 0, f"{folder.name}: {run.stderr[-3000:]}"
+        z, p, verdict = run.stdout.split()[-3:]
+        assert float(z) == float(z) and 0 <= float(p) <= 1 and verdict in ("True", "False")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,10 @@ def test_sdlp_recipe_trains_and_checkpoint_reloads(dcs, tiny_dir, tmp_path):
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
-    card = (out / "README.md").read_text()
-    assert "tiny-sdlp" in card and "0.750" in card  # the ICWBench model card, not the Trainer's default one
+    card = _icw_card(out, dcs, losses, steps=2)
+    assert "0.750" in card and "## Evaluation" not in card  # the ICWBench results given to the recipe
+    assert "all weights fine-tuned" in card and "learning_rate 0.001" in card and "Recipe: SDLP" in card
+    assert "checkpoint saved during the run" in (out / "checkpoint-2" / "README.md").read_text()
     reloaded = AutoModelForCausalLM.from_pretrained(out)
     original = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert not torch.equal(reloaded.model.norm.weight, original.model.norm.weight)  # it trained
@@ -92,13 +95,58 @@ def test_grpo_recipe_runs_a_step_with_lora(dcs, tiny_dir, tmp_path):
     _launch("grpo.py", "--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--model_name_or_path",
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "1",
             "--per_device_train_batch_size", "2", "--num_generations", "2", "--max_completion_length", "8",
-            "--min_completion_tokens", "2", "--logging_steps", "1", "--lora_r", "4", "--lora_alpha", "8")
+            "--min_completion_tokens", "2", "--logging_steps", "1", "--lora_r", "4", "--lora_alpha", "8",
+            "--save_steps", "1")
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 4
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_dir), out)
+    history = json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())["log_history"]
+    card = _icw_card(out, dcs, [h["loss"] for h in history if "loss" in h], steps=1, label=1)
+    reward = next(h["reward"] for h in history if "reward" in h)
+    assert f"mean reward {reward:.4g} at step 1" in card and "Recipe: GRPO" in card
+    assert "a LoRA adapter, rank 4, alpha 8" in card and "min_completion_tokens 2" in card
+    assert "## Evaluation" in card and "Not evaluated" in card  # no ICWBench run was given: the card says so
+    checkpoint_card = (out / "checkpoint-1" / "README.md").read_text()  # PEFT writes its blank template here
+    assert "## How it was trained" in checkpoint_card and "More Information Needed" not in checkpoint_card
+    # the card's commands parse as printed, and its how-to runs offline as printed
+    from icw.cli import build_parser
+
+    commands = card.split("## Evaluation")[1].split("```bash\n")[1].split("```")[0].splitlines()
+    assert len(commands) == 4
+    for command in commands:
+        build_parser().parse_args(shlex.split(command)[1:])
+    code = card.split("```python\n")[1].split("```")[0]
+    assert str(out) in code and str(tiny_dir) in code
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    z, p, verdict = run.stdout.split()[-3:]
+    assert math.isfinite(float(z)) and 0 <= float(p) <= 1 and verdict in ("True", "False")
+
+
+def _icw_card(out: Path, dcs: Path, losses: list[float], steps: int, label: int | None = None) -> str:
+    """The output folder's README.md, checked to be icw's card whose numbers are the run's: steps and losses
+    from the trainer state, row counts from D_cs (``label``: only those rows), not PEFT's or trl's card."""
+    from datasets import Dataset
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")
+    assert "## How it was trained" in card.text and "More Information Needed" not in card.text
+    assert "icw" in card.data.tags and card.data.pipeline_tag == "text-generation"
+    assert f"Progress: {steps} optimizer steps of {steps} (epoch" in card.text
+    assert f"logged loss {losses[0]:.4g} at step 1" in card.text
+    rows = Dataset.from_parquet(str(dcs / "data.parquet"))
+    for family in ("tsp", "wip", "sa"):
+        labels = [v for f, v in zip(rows["family"], rows["label"], strict=True) if f == family]
+        h1, h0 = labels.count(1), labels.count(0) if label is None else 0
+        assert f"{family.upper()} {h1} D_H1{f' + {h0} D_H0' if h0 else ''} (" in card.text
+    facts = json.loads((out / "icw_training.json").read_text())
+    assert facts["progress"]["global_step"] == steps and facts["progress"]["final"]
+    return card.text
 
 
 def test_icw_train_sft_runs_a_step(dcs, tiny_dir, tmp_path):

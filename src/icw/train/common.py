@@ -1,7 +1,7 @@
 """What every training recipe shares: reading D_cs, loading the policy, saving (and pushing) the result.
 
 ``recipes/sft.py``, ``recipes/sdlp.py`` and ``recipes/grpo.py`` parse :class:`DCSArguments` beside
-their trl config and call :func:`load_policy` and :func:`save_and_push`.
+their trl config and call :func:`load_policy` and :func:`train_and_save` (or :func:`save_and_push`).
 """
 
 from __future__ import annotations
@@ -126,10 +126,40 @@ def resume_checkpoint(training_args: Any) -> str | None:
     return value
 
 
-def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None) -> None:
-    """Save the model and tokenizer; write the ICWBench model card when results are given; push if asked.
+def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_args: Any, recipe: str,
+                   settings: dict[str, Any] | None = None) -> None:
+    """Train (resuming as ``resume_from_checkpoint`` asks), then :func:`save_and_push`, with icw's model card
+    in every checkpoint folder and in the output folder: what ``recipes/sdlp.py`` and ``recipes/grpo.py`` run.
 
-    ``Trainer.push_to_hub`` writes its own README, so the ICWBench card is uploaded after it.
+    Args:
+        trainer (`transformers.Trainer`): the recipe's trainer, not yet trained.
+        tokenizer: the tokenizer saved next to the model.
+        data_args (`DCSArguments`): the data the model is trained on (and ``model_card_results``).
+        model_args (`trl.ModelConfig`): names the base model.
+        recipe (`str`): ``"sdlp"``, ``"grpo"`` or ``"sft"``, as the card names it.
+        settings (`dict`, *optional*): recipe settings outside ``trainer.args``, listed on the card.
+    """
+    from .card import ModelCardCallback, training_facts
+
+    try:
+        facts = training_facts(trainer, recipe, data_args, model_args.model_name_or_path, settings)
+    except Exception as err:  # noqa: BLE001 (a card is documentation: never lose a run to it)
+        warnings.warn(f"the model card will be missing: reading the run's facts failed: {err}", stacklevel=2)
+        facts = None
+    if facts is not None:
+        trainer.add_callback(ModelCardCallback(facts))
+    trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path, facts)
+
+
+def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None,
+                  facts: dict[str, Any] | None = None) -> None:
+    """Save the model and tokenizer; write icw's model card; push if asked.
+
+    With ``facts`` (:func:`icw.train.card.training_facts`) the card says how the model was trained and,
+    given ``model_card_results``, how it scored; without, the ICWBench card of ``model_card_results``
+    alone. ``save_model`` (PEFT) and ``Trainer.push_to_hub`` write their own README, so the card is
+    written after them and uploaded again.
 
     Args:
         trainer (`transformers.Trainer`): the trained trainer; its ``args`` give the output folder and Hub
@@ -137,27 +167,40 @@ def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_mo
         tokenizer: the tokenizer saved next to the model.
         data_args (`DCSArguments`): the data the model was trained on (and ``model_card_results``).
         base_model (`str`, *optional*): the base model's id, recorded in the model card.
+        facts (`dict`, *optional*): the run's facts for the training card.
     """
     out = trainer.args.output_dir
     trainer.save_model(out)
     adapter = hasattr(trainer.model, "peft_config")
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(out)
+
+    def write_card() -> bool:
+        if facts is not None:
+            from .card import write_card as write_training_card
+
+            return write_training_card(out, facts, trainer.state, final=True,
+                                       results=data_args.model_card_results) is not None
         if data_args.model_card_results:
             from ..cards import write_model_card
 
             write_model_card(data_args.model_card_results, out, base_model=base_model,
                              adapter="peft/lora" if adapter else None)
+            return True
+        return False
+
+    carded = False
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(out)
+        carded = write_card()
         what = "adapter" if adapter else "model"
         print(f"saved the {what} and tokenizer to {Path(out).resolve()}"
-              + (" with the ICWBench model card (README.md)" if data_args.model_card_results else ""))
+              + (" with icw's model card (README.md)" if carded else ""))
     if trainer.args.push_to_hub:
         trainer.push_to_hub()
-        if data_args.model_card_results and trainer.is_world_process_zero():
+        if trainer.is_world_process_zero() and write_card():
             from huggingface_hub import HfApi
 
             HfApi(token=trainer.args.hub_token).upload_folder(
-                repo_id=trainer.hub_model_id, folder_path=out, allow_patterns=["README.md", ".eval_results/*"],
-                commit_message="ICWBench model card")
+                repo_id=trainer.hub_model_id, folder_path=out,
+                allow_patterns=["README.md", ".eval_results/*", "icw_training.json"], commit_message="icw model card")
         if trainer.is_world_process_zero():
             print(f"pushed to https://huggingface.co/{trainer.hub_model_id}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..generation import user_message
@@ -232,7 +232,7 @@ def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICW
     from trl import GRPOTrainer, get_peft_config
     from trl.import_utils import is_vllm_available
 
-    from .common import fp32_without_native_bf16, load_policy, resume_checkpoint, save_and_push
+    from .common import fp32_without_native_bf16, load_policy, train_and_save
 
     reward_args = reward_args or ICWRewardArguments()
     if training_args.use_vllm and not is_vllm_available():
@@ -245,6 +245,5 @@ def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICW
                        z_floor=reward_args.z_floor, rejected_reward=reward_args.rejected_reward)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=training_args, train_dataset=dataset,
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
+    train_and_save(trainer, tokenizer, script_args, model_args, "grpo", settings=asdict(reward_args))
     return trainer

@@ -448,16 +448,15 @@ def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
 
 def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTrainer:
     """Train as parsed by :func:`make_parser` (``recipes/sdlp.py``, ``icw train sdlp``): load ``D_cs`` and
-    the policy, train, save (and push, with the model card when results are given)."""
+    the policy, train, save (and push) with icw's model card in the output and checkpoint folders."""
     from trl import get_peft_config
 
-    from .common import fp32_without_native_bf16, load_policy, resume_checkpoint, save_and_push
+    from .common import fp32_without_native_bf16, load_policy, train_and_save
 
     fp32_without_native_bf16(training_args)
     model, tokenizer = load_policy(model_args)
     dataset = script_args.load(seed=training_args.seed)
     trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,
                           peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
+    train_and_save(trainer, tokenizer, script_args, model_args, "sdlp")
     return trainer
