@@ -5,7 +5,9 @@ Wikipedia text, see ``_common.py``), with one shared key (the detector's setting
 
 * **tokenize**: the batched tokenizer call alone, ``tok(texts, add_special_tokens=False)``;
 * **icw**: ``icw.verify(texts, key, tok)`` at its defaults (for SA: ``N = 1000`` permutations
-  for z *and* a ``M = 9,999``-secret Monte Carlo p-value, more work than the reference does);
+  for z *and* a Monte Carlo p-value over up to ``M = 9,999`` secrets, drawn sequentially until
+  the decision at alpha is settled: more work than the reference does); SA is also timed with
+  all ``M`` drawn (``sequential=False``) and for z alone (``num_null_keys=1``);
 * **reference**: a straightforward implementation of the paper's definitions written here:
   the same batched tokenizer call, then Python sets over token ids (``V_en`` and ``V_en^word``
   derived independently by decoding every id) and the z formula for TSP/WIP; for SA the
@@ -16,8 +18,8 @@ Before timing, the script checks that both sides compute the same statistic: TSP
 and ``z`` equal (``z`` to 1e-12, i.e. up to float summation order); SA ``X`` equal and ``z``
 within Monte-Carlo noise of two independent 1000-permutation estimates.
 
-Targets (issue 2): SA at ``N = 1000`` at least 100x faster than the reference; TSP and WIP
-within 1.3x of tokenization alone.
+Targets: SA at ``N = 1000`` at least 500x faster than the reference (issue 25; 100x in issue 2);
+TSP and WIP within 1.3x of tokenization alone.
 
     python benchmarks/verify_speed.py              # 32 texts, 15 repeats (about a minute on 2 cores)
     python benchmarks/verify_speed.py --quick      # seconds
@@ -41,7 +43,7 @@ from _common import markdown_table, median_time, texts_of_tokens  # noqa: E402
 
 NUM_TOKENS = 600
 NUM_PERMUTATIONS = 1000
-SA_TARGET = 100.0
+SA_TARGET = 500.0
 TOKENIZE_TARGET = 1.3
 
 
@@ -161,6 +163,7 @@ def run(num_texts: int, repeats: int, tokenizer_name: str = "qwen3") -> dict[str
         timed[(family, "reference")] = lambda family=family, key=key: ref.verify(texts, family, key)
     # z alone, as the reference computes it (the p-value needs >= 1 null key)
     timed[("sa", "icw_z_only")] = lambda: verify(texts, keys["sa"], tok, num_null_keys=1)
+    timed[("sa", "icw_full_mc")] = lambda: verify(texts, keys["sa"], tok, sequential=False)
     samples: dict[tuple[str, str], list[tuple[float, float]]] = {name: [] for name in timed}
     for _ in range(repeats):  # interleaved, so drift in machine load hits every measurement alike
         for name, fn in timed.items():
@@ -193,7 +196,9 @@ def report(results: dict[str, dict[str, float]], num_texts: int, repeats: int) -
              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)",
              "", table, "",
              f"SA, z only (num_null_keys=1) as the reference computes: {num_texts / sa['icw_z_only']:,.0f} texts/s, "
-             f"{sa['reference'] / sa['icw_z_only']:.0f}x the reference", "Targets:"]
+             f"{sa['reference'] / sa['icw_z_only']:.0f}x the reference",
+             f"SA, all 9,999 null secrets drawn (sequential=False): {num_texts / sa['icw_full_mc']:,.0f} texts/s, "
+             f"{sa['reference'] / sa['icw_full_mc']:.0f}x the reference", "Targets:"]
     sa_ratio = sa["reference"] / sa["icw"]
     lines.append(f"  SA (N=1000) >= {SA_TARGET:.0f}x faster than the reference: {sa_ratio:.0f}x wall, "
                  f"{sa['reference_cpu'] / sa['icw_cpu']:.0f}x CPU -> {'met' if sa_ratio >= SA_TARGET else 'MISSED'}")

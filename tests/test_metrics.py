@@ -62,7 +62,7 @@ def test_verification_metrics_match_the_verifier(loaded, qwen3, family):
     assert out["median_z"] == pytest.approx(np.median(out["z_scores"]))
     # one shared key, an explicit tokenizer name and alpha
     shared = loaded[f"icw_{family}"].compute(predictions=TEXTS, keys=keys[0].to_string(), tokenizer="qwen3", alpha=0.5)
-    assert shared["p_values"] == [r.p_value for r in verify(TEXTS, keys[0], qwen3)]
+    assert shared["p_values"] == [r.p_value for r in verify(TEXTS, keys[0], qwen3, alpha=0.5)]  # SA stops by alpha
     assert shared["is_watermarked"] == [p <= 0.5 for p in shared["p_values"]]
 
 

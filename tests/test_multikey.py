@@ -35,7 +35,7 @@ def test_every_key_scores_as_verify_does(family, gpt2):
     texts = [HUMAN, SA_TEXT, "", "12345 !!!"]
     many = verify_keys(texts, keys, tok, num_null_keys=9999)  # verify's Monte Carlo size, for SA
     for text, result in zip(texts, many, strict=True):
-        single = verify([text] * len(keys), keys, tok)
+        single = verify([text] * len(keys), keys, tok, sequential=False)  # all M secrets, as verify_keys
         np.testing.assert_allclose(result.p_values, [r.p_value for r in single], rtol=1e-12)
         np.testing.assert_allclose(result.z_scores, [r.z_score for r in single], rtol=1e-9, atol=1e-12)
         assert result.num_tokens_scored == single[0].num_tokens_scored

@@ -12,6 +12,7 @@ from icw.lcs import lcs_lengths, letter_codes, secret_masks
 from icw.verification import (
     WIP_SCORE_STEP,
     english_initial_frequencies,
+    sequential_stop,
     wip_excess_test,
     wip_key_null_sf,
     wip_letter_counts,
@@ -176,11 +177,17 @@ def test_sa_monte_carlo_p_against_enumeration():
     # 2-letter secrets from the 20-letter pool: 400 keys, enumerable
     key = ICWKey.create("sa", secret="TA")
     text = "The cat sat. A dog ran. Then rain fell. Birds flew."
-    r = verify(text, key, num_null_keys=20000)
+    r = verify(text, key, num_null_keys=20000, sequential=False)
     phi = "TATB"
     exact = np.mean([python_lcs(a + b, phi) >= r.num_aligned for a in SA_POOL for b in SA_POOL])
     sd = math.sqrt(exact * (1 - exact) / 20000)
     assert abs(r.p_value - exact) < 4 * sd + 1e-4
+    # sequential (the default): stopped at the h-th exceedance, p = h / l estimates the same probability
+    # with relative standard error about sqrt((1 - p) / h)
+    seq = verify(text, key, num_null_keys=20000)
+    h = sequential_stop(0.01, 20000)
+    assert f"h = {h}th" in seq.p_value_method and seq.p_value > 0.01
+    assert abs(seq.p_value - exact) < 4 * exact * math.sqrt((1 - exact) / h) + 1e-4
 
 
 def test_results_state_statistic_null_and_p(qwen3):

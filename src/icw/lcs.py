@@ -50,16 +50,158 @@ def lcs_lengths(secret_masks: np.ndarray, text_codes: np.ndarray, width: int) ->
     return width - np.bitwise_count(v).astype(np.int64)
 
 
+def lcs_length(secret: str, phi_codes: np.ndarray) -> int:
+    """LCS length of ``secret`` and one letter string, with Python integers as the bit vector:
+    for a single pair this beats one numpy call per letter.
+
+    Args:
+        secret (`str`): the SA secret ``S`` (upper-case letters).
+        phi_codes (`np.ndarray`): the letter string as codes 0-25.
+
+    Example:
+        >>> lcs_length("HELLO", letter_codes("HXELLO"))
+        5
+    """
+    table, full = _int_table(secret), (1 << len(secret)) - 1
+    v = full
+    for c in phi_codes.tolist():
+        u = v & table[c]
+        v = (v + u) | (v - u)
+    return len(secret) - (v & full).bit_count()
+
+
+@lru_cache(maxsize=256)
+def _int_table(secret: str) -> tuple[int, ...]:
+    return tuple(int(m) for m in secret_table(secret)[0])
+
+
+#: The most match masks one vectorized step of the batched nulls holds (about 16 MB of words): texts are
+#: processed in groups under it, so memory stays bounded for any batch.
+BATCH_WORDS = 1 << 22
+
+
+def _advance_ragged(v: np.ndarray, match: np.ndarray, active: np.ndarray) -> None:
+    """Bit-parallel LCS over ragged strings: ``v`` is ``(strings, draws)``, ``match[:, j]`` the masks of
+    position ``j`` and ``active[j]`` how many strings reach it (longest first, so those are a prefix)."""
+    u, w = np.empty_like(v), np.empty_like(v)
+    for j, rows in enumerate(active.tolist()):
+        vv, uu, ww = v[:rows], u[:rows], w[:rows]
+        np.bitwise_and(vv, match[:rows, j], out=uu)
+        np.add(vv, uu, out=ww)
+        np.subtract(vv, uu, out=vv)
+        np.bitwise_or(vv, ww, out=vv)
+
+
+def permutation_nulls(secret: str, phis: list[np.ndarray], count: int) -> list[np.ndarray]:
+    """:func:`permutation_null` of many texts at once: the same orderings, so the same numbers.
+
+    Short texts (up to :data:`PERMUTATION_BLOCK` letters) are run together, longest first, as one
+    ragged bit-parallel LCS over all their ``count`` orderings (a shorter text's rows simply stop
+    early); one numpy call per letter position for the whole batch instead of one per text.
+
+    Args:
+        secret (`str`): the SA secret ``S``.
+        phis (`list[np.ndarray]`): each text's sentence initials as codes 0-25 (non-empty).
+        count (`int`): the number of random orderings ``N`` per text.
+    """
+    out: list[np.ndarray | None] = [None] * len(phis)
+    short = sorted((i for i, p in enumerate(phis) if len(p) <= PERMUTATION_BLOCK), key=lambda i: -len(phis[i]))
+    for i in set(range(len(phis))) - set(short):
+        out[i] = permutation_null(secret, phis[i], count)
+    width, table = len(secret), secret_table(secret)[0]
+    full = table.dtype.type((1 << width) - 1)
+    while short:
+        longest = len(phis[short[0]])
+        size = max(1, BATCH_WORDS // (longest * count))
+        group, short = short[:size], short[size:]
+        match = np.empty((len(group), longest, count), dtype=table.dtype)
+        for slot, i in enumerate(group):  # the text's match masks, in each ordering's order
+            np.take(table[phis[i]], _positions(len(phis[i]), count), out=match[slot, :len(phis[i])])
+        lengths = np.array([len(phis[i]) for i in group])
+        active = (lengths[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+        v = np.full((len(group), count), full, dtype=table.dtype)
+        _advance_ragged(v, match, active)
+        np.bitwise_and(v, full, out=v)
+        for i, row in zip(group, width - np.bitwise_count(v).astype(np.int64), strict=True):
+            out[i] = row
+    return out
+
+
+#: Null secrets scored per text in the first step of :func:`sequential_exceedances`; each further step
+#: doubles, so a text needs at most about twice the draws its stopping rule asks for.
+FIRST_STEP = 256
+
+
+def sequential_exceedances(length: int, pool: str, phis: list[np.ndarray], observed: np.ndarray, total: int,
+                           stop_after: int) -> tuple[np.ndarray, np.ndarray]:
+    """Score texts against the shared null secrets in order, each until ``stop_after`` of them
+    reached its observed LCS or all ``total`` were drawn (Besag & Clifford's sequential rule).
+
+    The draws are :func:`null_secret_masks` ``(length, pool, total)``, in their fixed order, so the
+    counts are exactly those of scoring the first ``drawn`` secrets one by one. Texts are run
+    together, longest first (one ragged bit-parallel LCS per step), in steps of
+    :data:`FIRST_STEP`, doubling.
+
+    Args:
+        length (`int`): the secrets' length.
+        pool (`str`): the letters secrets are drawn from.
+        phis (`list[np.ndarray]`): each text's sentence initials as codes 0-25 (non-empty).
+        observed (`np.ndarray`): each text's ``X``.
+        total (`int`): the Monte Carlo size ``M`` (most draws per text).
+        stop_after (`int`): ``h``, the exceedances (null LCS ``>= X``) after which a text stops.
+
+    Returns:
+        ``(exceed, drawn)``: per text, the exceedances among its first ``drawn`` secrets; ``exceed ==
+        stop_after`` exactly when it stopped early, at the ``drawn``-th secret.
+    """
+    padded = _padded_null_masks(length, pool, total)  # (27, total): code 26 matches nothing
+    masks = padded[:26]
+    full = masks.dtype.type((1 << length) - 1)
+    exceed, drawn = np.zeros(len(phis), dtype=np.int64), np.zeros(len(phis), dtype=np.int64)
+    pending = sorted(range(len(phis)), key=lambda i: -len(phis[i]))
+    start, step = 0, FIRST_STEP
+    while pending and start < total:
+        stop = min(total, start + step)
+        width = stop - start
+        table = padded[:, start:stop]
+        still: list[int] = []
+        while pending:
+            longest = len(phis[pending[0]])
+            size = max(1, BATCH_WORDS // (longest * width))
+            group, pending = pending[:size], pending[size:]
+            lengths = np.array([len(phis[i]) for i in group])
+            codes = np.full((len(group), longest), 26, dtype=np.intp)
+            for slot, i in enumerate(group):
+                codes[slot, :lengths[slot]] = phis[i]
+            match = table[codes]  # (texts, positions, draws)
+            active = (lengths[None, :] > np.arange(longest)[:, None]).sum(axis=1)
+            v = np.full((len(group), width), full, dtype=masks.dtype)
+            _advance_ragged(v, match, active)
+            np.bitwise_and(v, full, out=v)
+            null = length - np.bitwise_count(v).astype(np.int64)
+            idx = np.array(group)
+            hits = np.cumsum(null >= observed[idx][:, None], axis=1) + exceed[idx][:, None]
+            done = hits[:, -1] >= stop_after
+            exceed[idx] = np.minimum(hits[:, -1], stop_after)
+            drawn[idx] = np.where(done, start + 1 + np.argmax(hits >= stop_after, axis=1), stop)
+            still.extend(i for i, d in zip(group, done.tolist(), strict=True) if not d)
+        pending = sorted(still, key=lambda i: -len(phis[i]))
+        start, step = stop, step * 2
+    return exceed, drawn
+
+
 def _lcs_advance(v: np.ndarray, columns: Any, full: np.unsignedinteger) -> None:
     """Run the bit-parallel LCS recurrence over ``columns`` (match masks, one per text position),
     updating the state vector ``v`` in place: a text can be fed in blocks."""
     u, w = np.empty_like(v), np.empty_like(v)
-    for match in columns:  # v <- ((v + u) | (v - u)) & full with u = v & match, in place
+    for match in columns:  # v <- (v + u) | (v - u) with u = v & match, in place
         np.bitwise_and(v, match, out=u)
         np.add(v, u, out=w)
         np.subtract(v, u, out=v)
         np.bitwise_or(v, w, out=v)
-        np.bitwise_and(v, full, out=v)
+    # Bits above ``width`` (the carry of v + u, wrapped words) never flow down into the low bits, so they
+    # are cleared once here rather than at every step.
+    np.bitwise_and(v, full, out=v)
 
 
 #: Texts with up to this many sentences index cached permutation tables; longer ones draw their
@@ -158,6 +300,19 @@ def null_secret_masks(length: int, pool: str, count: int) -> np.ndarray:
     draws = content_rng("null-secrets", length, pool, count).integers(0, len(pool), size=(count, length))
     masks = secret_masks(letter_codes(pool)[draws]).astype(mask_dtype(length))
     return np.ascontiguousarray(masks.T)  # (26, count): one row per letter
+
+
+@lru_cache(maxsize=64)
+def _padded_null_masks(length: int, pool: str, count: int) -> np.ndarray:
+    """:func:`null_secret_masks` with a 27th all-zero row, the mask of padding past a text's end."""
+    masks = null_secret_masks(length, pool, count)
+    return np.vstack([masks, np.zeros((1, count), dtype=masks.dtype)])
+
+
+@lru_cache(maxsize=128)
+def _positions(length: int, count: int) -> np.ndarray:
+    """:func:`permutations` transposed, ``(length, count)``: position ``j`` of every ordering is one row."""
+    return np.ascontiguousarray(permutations(length, count).T)
 
 
 def letter_codes(letters: str) -> np.ndarray:

@@ -18,9 +18,12 @@ p-value that is valid under that null:
   no longer scores as high as the answer's key.
 * **SA**: ``X = LCS(S, Phi(y))``; the paper's z uses the mean and sample sd of the LCS over
   ``N = 1000`` random permutations of ``Phi(y)``. The p-value is a Monte Carlo estimate of
-  ``P(LCS(S', Phi(y)) >= X)`` over random secrets ``S'`` drawn like keys, reported as
-  ``(k + 1) / (M + 1)`` with its resolution ``1 / (M + 1)``; the permutation p-value is
-  reported too. LCS is bit-parallel over the secret and vectorized over all draws at once.
+  ``P(LCS(S', Phi(y)) >= X)`` over up to ``M`` random secrets ``S'`` drawn like keys, reported as
+  ``(k + 1) / (M + 1)`` with its resolution ``1 / (M + 1)``, or, drawn sequentially (the default),
+  Besag & Clifford's ``h / l`` when the ``h``-th secret scoring ``>= X`` came at draw ``l``: ``h``
+  is the fewest exceedances that settle ``p > alpha``, so the decision is the full Monte Carlo's
+  (:func:`sequential_stop`); the permutation p-value is reported too. LCS is bit-parallel over the
+  secret and vectorized over all draws and texts at once.
 
 Example:
     >>> from icw import ICWKey, verify
@@ -41,7 +44,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
-from .lcs import lcs_alignment, lcs_lengths, letter_codes, null_secret_masks, permutation_null, secret_table
+from .lcs import lcs_alignment, lcs_length, letter_codes, permutation_nulls, sequential_exceedances
 from .text import sentence_initial_spans, sentence_initials
 from .vocab import ALPHABET, VocabularyView, vocabulary
 from .wip import (  # noqa: F401  (re-exported: the WIP statistics are part of the verifier's API)
@@ -329,36 +332,74 @@ def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offse
                    highlights=highlights), tail
 
 
-def _score_sa(key: ICWKey, text: str, alpha: float, want_highlights: bool, num_permutations: int,
-              num_null_keys: int) -> VerificationResult:
-    secret = key.secret_string
-    spans = sentence_initial_spans(text) if want_highlights else None  # else keep the letters only
-    phi = "".join(letter for _, letter in spans) if want_highlights else sentence_initials(text)
-    m, k = len(phi), len(secret)
-    note = _text_note(text)
-    if m == 0:
-        return _result(key, alpha, 0.0, 1.0, 0, 0, 0.0, 0.0, None, "no sentence to score", note,
-                       highlights=[] if want_highlights else None)
-    secret_masks = secret_table(secret)
-    phi_codes = letter_codes(phi)
-    x = int(lcs_lengths(secret_masks, phi_codes[None, :], k)[0])
-    null = permutation_null(secret, phi_codes, num_permutations)
-    mean, sd = float(null.mean()), float(null.std(ddof=1))  # sample sd, as the reference
-    z = (x - mean) / sd if sd > 0 else 0.0
-    perm_p = (int((null >= x).sum()) + 1) / (num_permutations + 1)
-    pool = SA_POOL if set(secret) <= set(SA_POOL) else ALPHABET
-    key_null = lcs_lengths(null_secret_masks(k, pool, num_null_keys).T, phi_codes[None, :], k)
-    p = (int((key_null >= x).sum()) + 1) / (num_null_keys + 1)
-    method = (f"Monte Carlo over {num_null_keys:,} random {k}-letter secrets from the {len(pool)}-letter pool "
-              f"(resolution {1 / (num_null_keys + 1):.1e})")
-    highlights = None
-    if want_highlights:
-        used = lcs_alignment(secret, phi)
-        labels = _LABELS["sa"]
-        highlights = [Highlight(pos, pos + 1, text[pos], j in used, labels[0] if j in used else labels[1])
-                      for j, (pos, _) in enumerate(spans)]
-    return _result(key, alpha, z, p, m, x, mean, sd, None, method, note, permutation_p_value=perm_p,
-                   p_value_resolution=1 / (num_null_keys + 1), highlights=highlights)
+def sequential_stop(alpha: float, num_null_keys: int) -> int:
+    """``h`` of the sequential SA p-value: the fewest exceedances with ``h / M > alpha``.
+
+    Drawing null secrets stops at the ``h``-th that scores ``>= X``; with ``h > alpha M`` the
+    p-value ``h / l`` (``l <= M`` draws) is then above ``alpha``, and so is the full Monte Carlo's
+    ``(K + 1) / (M + 1)`` (``K >= h``): stopping never changes the decision at ``alpha``.
+
+    Args:
+        alpha (`float`): the significance level of the decision.
+        num_null_keys (`int`): the Monte Carlo size ``M``.
+
+    Example:
+        >>> sequential_stop(0.01, 9999)
+        100
+    """
+    h = math.floor(alpha * num_null_keys) + 1
+    while h / num_null_keys <= alpha:  # float rounding of alpha * M
+        h += 1
+    return h
+
+
+def _score_sa(items: list[tuple[int, ICWKey, str]], alpha: float, want_highlights: bool, num_permutations: int,
+              num_null_keys: int, sequential: bool) -> dict[int, VerificationResult]:
+    """Score SA texts (``(index, key, text)``), the texts that share a secret in one batch."""
+    out: dict[int, VerificationResult] = {}
+    groups: dict[str, list[tuple[int, ICWKey, str, str, list | None]]] = {}
+    for i, key, text in items:
+        spans = sentence_initial_spans(text) if want_highlights else None  # else keep the letters only
+        phi = "".join(letter for _, letter in spans) if want_highlights else sentence_initials(text)
+        if phi:
+            groups.setdefault(key.secret_string, []).append((i, key, text, phi, spans))
+        else:
+            out[i] = _result(key, alpha, 0.0, 1.0, 0, 0, 0.0, 0.0, None, "no sentence to score", _text_note(text),
+                             highlights=[] if want_highlights else None)
+    stop_after = sequential_stop(alpha, num_null_keys) if sequential else num_null_keys + 1  # never reached
+    for secret, group in groups.items():
+        k, codes = len(secret), [letter_codes(phi) for _, _, _, phi, _ in group]
+        xs = np.array([lcs_length(secret, c) for c in codes], dtype=np.int64)
+        null = np.stack(permutation_nulls(secret, codes, num_permutations))  # (texts, N)
+        means, sds = null.mean(axis=1), null.std(axis=1, ddof=1)  # sample sd, as the reference
+        perm_p = ((null >= xs[:, None]).sum(axis=1) + 1) / (num_permutations + 1)
+        pool = SA_POOL if set(secret) <= set(SA_POOL) else ALPHABET
+        exceed, drawn = sequential_exceedances(k, pool, codes, xs, num_null_keys, stop_after)
+        draws = f"random {k}-letter secrets from the {len(pool)}-letter pool"
+        for j, (i, key, text, phi, spans) in enumerate(group):
+            x, mean, sd = int(xs[j]), float(means[j]), float(sds[j])
+            if exceed[j] == stop_after:  # stopped early: Besag & Clifford's p = h / l
+                p = stop_after / int(drawn[j])
+                method = (f"sequential Monte Carlo (Besag & Clifford 1991) over {draws}: stopped at the "
+                          f"h = {stop_after}th scoring >= X, after l = {int(drawn[j]):,} of at most {num_null_keys:,}; "
+                          f"p = h / l (relative precision about 1/sqrt(h)); the decision at alpha = {alpha:g} is the "
+                          "full Monte Carlo's")
+            else:
+                p = (int(exceed[j]) + 1) / (num_null_keys + 1)
+                method = (f"Monte Carlo over {num_null_keys:,} {draws} (resolution {1 / (num_null_keys + 1):.1e})"
+                          + (f"; sequential (Besag & Clifford 1991), stopping at h = {stop_after} scoring >= X: not "
+                             f"reached, all drawn, p = (k + 1) / (M + 1)" if sequential else ""))
+            highlights = None
+            if want_highlights:
+                used = lcs_alignment(secret, phi)
+                labels = _LABELS["sa"]
+                highlights = [Highlight(pos, pos + 1, text[pos], n in used, labels[0] if n in used else labels[1])
+                              for n, (pos, _) in enumerate(spans)]
+            z = (x - mean) / sd if sd > 0 else 0.0
+            out[i] = _result(key, alpha, z, p, len(phi), x, mean, sd, None, method, _text_note(text),
+                             permutation_p_value=float(perm_p[j]), p_value_resolution=1 / (num_null_keys + 1),
+                             highlights=highlights)
+    return out
 
 
 # ------------------------------------------------------------------------------ API
@@ -372,6 +413,7 @@ def verify(
     max_chars: int = DEFAULT_MAX_CHARS,
     num_permutations: int = DEFAULT_PERMUTATIONS,
     num_null_keys: int = DEFAULT_NULL_KEYS,
+    sequential: bool = True,
 ) -> VerificationResult | list[VerificationResult]:
     """Verify texts against keys.
 
@@ -385,7 +427,11 @@ def verify(
         highlights: also return the counted spans with character offsets.
         max_chars: texts longer than this raise :class:`TextTooLongError`.
         num_permutations: SA permutation-null size ``N`` for the paper's z.
-        num_null_keys: SA Monte Carlo size ``M`` for the p-value.
+        num_null_keys: SA Monte Carlo size ``M`` for the p-value (the most null secrets drawn).
+        sequential: SA: stop drawing null secrets at the ``h``-th that scores ``>= X``, with ``h`` the
+            fewest exceedances that put the p-value above ``alpha`` (Besag & Clifford's sequential p-value
+            ``h / l``; :func:`sequential_stop`): the decision at ``alpha`` is the full Monte Carlo's, on
+            every text. ``False`` draws all ``M``.
 
     Returns:
         A :class:`VerificationResult` for a string input, else a list in input order.
@@ -399,9 +445,11 @@ def verify(
         raise ValueError("num_permutations must be >= 2 and num_null_keys >= 1")
     results: list[VerificationResult | None] = [None] * len(texts)
     groups: dict[int, tuple[Any, VocabularyView, list[int]]] = {}
+    sa_items = [(i, key, texts[i]) for i, key in enumerate(keys) if key.family == "sa"]
+    for i, result in _score_sa(sa_items, alpha, highlights, num_permutations, num_null_keys, sequential).items():
+        results[i] = result
     for i, key in enumerate(keys):
         if key.family == "sa":
-            results[i] = _score_sa(key, texts[i], alpha, highlights, num_permutations, num_null_keys)
             continue
         tok, view = _resolve_view(key, tokenizer)
         groups.setdefault(id(tok), (tok, view, []))[2].append(i)
