@@ -16,6 +16,12 @@
 #         interrupted run can be restarted with the same command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${FIXED_KEY:-}" ]; then  # removed after b5572f4: refuse it rather than run the held-out-key experiment
+  echo "error: FIXED_KEY is no longer supported: this script evaluates on held-out per-row keys only (icw bench run" \
+    "has no one-key evaluation); the fixed-key tables of docs/training.md came from" \
+    "'git show b5572f4:scripts/miniature_replication.sh'. Unset FIXED_KEY to run the held-out-key replication." >&2
+  exit 2
+fi
 PY=${PY:-.venv/bin/python}
 ACCELERATE=${ACCELERATE:-.venv/bin/accelerate}
 ICW=${ICW:-.venv/bin/icw}
