@@ -68,7 +68,7 @@ def _wait_for_key(page) -> str:
 
 
 def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
-    page.goto(space_url, wait_until="networkidle")
+    page.goto(space_url, wait_until="load", timeout=120_000)  # networkidle can time out on a busy CPU
     assert page.title() == "ICW: in-context watermarking demo"
     key = _wait_for_key(page)
     assert key.startswith("icw:wip:seed=42,")
@@ -125,8 +125,32 @@ def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
     _save_screenshot(page, tmp_path, "space_detect.png")
 
 
+def test_a_pasted_key_sets_the_fields_in_the_browser(space_url, page):
+    """Paste a key into the key box: family, seed and slider follow, and the pasted key stays as pasted
+    (its explicit secret is no field's value); then a seed edit rebuilds the key from the fields."""
+    page.goto(space_url, wait_until="load", timeout=120_000)  # networkidle can time out on a busy CPU
+    _wait_for_key(page)
+    pasted = "icw:sa:seed=5,secret=HI"
+    page.locator("#icw-key textarea").fill(pasted)  # what a paste does to the box; no keystrokes
+    page.wait_for_function(
+        "() => document.querySelector('#icw-family input[value=sa]')?.checked"
+        " && document.querySelector('#icw-seed input').value === '5'"
+        " && document.querySelector('#icw-length input[type=number]')?.value === '2'", timeout=30_000)
+    page.wait_for_timeout(2_000)  # the fields' own change events have run: the paste must still be there
+    assert page.locator("#icw-key textarea").input_value() == pasted
+    assert "HI" in page.locator("#icw-key-material").inner_text()
+    seed = page.locator("#icw-seed input")
+    seed.fill("6")
+    seed.press("Enter")
+    page.wait_for_function(
+        "() => document.querySelector('#icw-key textarea').value === 'icw:sa:seed=6,length=2'", timeout=30_000)
+    page.wait_for_timeout(2_000)  # and the rebuilt key does not set the fields back (no loop)
+    assert page.locator("#icw-seed input").input_value() == "6"
+    assert page.locator("#icw-key textarea").input_value() == "icw:sa:seed=6,length=2"
+
+
 def test_friendly_error_in_the_browser(space_url, page, tmp_path):
-    page.goto(space_url, wait_until="networkidle")
+    page.goto(space_url, wait_until="load", timeout=120_000)  # networkidle can time out on a busy CPU
     _wait_for_key(page)
     query = page.locator("#icw-query textarea")
     assert query.input_value().strip(), "the query box opens prefilled, so a first click runs"

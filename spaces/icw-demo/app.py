@@ -60,7 +60,6 @@ from demo_common import (  # noqa: E402
     UserInputError,
     default_model,
     default_model_available,
-    get_model,
     is_online,
 )
 from demo_detection import (  # noqa: E402
@@ -72,7 +71,7 @@ from demo_detection import (  # noqa: E402
     rescore,
     send_to_detect,
 )
-from demo_generation import request_stop, watermark_and_detect  # noqa: E402
+from demo_generation import request_stop, warm_up, watermark_and_detect  # noqa: E402
 from demo_keys import (  # noqa: E402
     DELTA_HELP,
     FAMILY_CHOICES,
@@ -80,11 +79,12 @@ from demo_keys import (  # noqa: E402
     LENGTH_RANGE,
     NUM_LETTERS_RANGE,
     describe_key,
-    key_fields,
+    field_changed,
     make_key,
     parse_key,
+    pasted_key_fields,
     random_seed,
-    update_key,
+    remade_key,
 )
 
 from icw.generation import DEFAULT_SAMPLING  # noqa: E402
@@ -194,14 +194,16 @@ def query_and_key_fields(ui: SimpleNamespace) -> None:
                             info="The key is derived from the family, this seed and the settings.")
         ui.random_key = gr.Button("Random key", size="sm", elem_id="icw-random-key")
     ui.gamma = gr.Slider(*GAMMA_RANGE[:2], value=0.2, step=GAMMA_RANGE[2], label="TSP gamma (green fraction)",
-                         visible=False)
-    ui.pool_size = gr.Number(value=DEFAULT_POOL_SIZE, precision=0, minimum=0, visible=False,
+                         visible=False, elem_id="icw-gamma")
+    ui.pool_size = gr.Number(value=DEFAULT_POOL_SIZE, precision=0, minimum=0, visible=False, elem_id="icw-pool-size",
                              label="TSP candidate pool (tokens)",
                              info="The green list is written into the prompt; a 135M model's context cannot hold "
                                   "the paper's ~17,700 tokens, so T is drawn from the N lowest-id English tokens. "
                                   "0 = all of V_en.")
-    ui.num_letters = gr.Slider(*NUM_LETTERS_RANGE, value=13, step=1, label="WIP green letters")
-    ui.length = gr.Slider(*LENGTH_RANGE, value=18, step=1, label="SA secret length", visible=False)
+    ui.num_letters = gr.Slider(*NUM_LETTERS_RANGE, value=13, step=1, label="WIP green letters",
+                                elem_id="icw-num-letters")
+    ui.length = gr.Slider(*LENGTH_RANGE, value=18, step=1, label="SA secret length", visible=False,
+                          elem_id="icw-length")
 
 
 def model_and_run_fields(ui: SimpleNamespace, model_name: str, online: bool) -> None:
@@ -267,14 +269,16 @@ def attack_fields(ui: SimpleNamespace) -> None:
 def wire_watermark_tab(ui: SimpleNamespace) -> None:
     """The tab's events: key fields and key string stay in step; Generate, alpha, Attack and Stop."""
     fields = controls(ui, KEY_FIELDS)
-    for field in fields[:-1]:  # a pasted key sets these fields: update_key keeps it (it may hold a secret)
-        field.change(update_key, [ui.key_string, *fields], [ui.key_string, ui.material], api_name=False, queue=False)
-    ui.model.change(make_key, fields, [ui.key_string, ui.material], api_name=False, queue=False)  # its tokenizer
+    written = gr.State("")  # the key string the app last wrote into the key box (see pasted_key_fields)
+    for name, field in zip(KEY_FIELDS, fields[:-1], strict=False):  # a field the user changes rebuilds the key
+        field.change(field_changed(name), [ui.key_string, *fields], [ui.key_string, ui.material, written],
+                     api_name=False, queue=False)
+    ui.model.change(remade_key, fields, [ui.key_string, ui.material, written], api_name=False, queue=False)
     ui.key_string.change(describe_key, [ui.key_string, ui.model], [ui.material, ui.instruction], api_name=False,
                          queue=False)
-    # only a key the user types or pastes sets the fields: on every change, a key rebuilt from fields still
-    # in flight would set them back over the user's next edit
-    ui.key_string.input(key_fields, ui.key_string, fields[:-1], api_name=False, queue=False)
+    # a key the user pastes or types sets the fields; one the app wrote does not (no loop, no late overwrite)
+    ui.key_string.change(pasted_key_fields, [ui.key_string, written, *fields[:-1]], fields[:-1], api_name=False,
+                         queue=False)
     ui.key_string.change(key_legend, ui.key_string, ui.legend, api_name=False, queue=False)
     answer_boxes = [answer for answer, _ in ui.answers]
     ui.family.change(family_controls, ui.family, [ui.gamma, ui.pool_size, ui.num_letters, ui.length, ui.delta,
@@ -352,8 +356,8 @@ def launch_kwargs() -> dict[str, Any]:
 demo = build_demo()
 
 if __name__ == "__main__":
-    try:  # load the model before serving so the first click does not wait for it
-        get_model(default_model())
+    try:  # load the model (and warm its decoding thread) before serving so the first click does not wait
+        warm_up(default_model())
     except UserInputError as err:
         print(f"icw demo: {err}", file=sys.stderr)
     demo.queue(default_concurrency_limit=1).launch(prevent_thread_lock=True, **launch_kwargs())

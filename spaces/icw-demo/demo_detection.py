@@ -135,6 +135,8 @@ def kgw_detect(text: str, tok: Any, model_config: Any, seed: int, alpha: float) 
         return {**base, "z_score": 0.0, "p_value": 1.0, "is_watermarked": False, "num_tokens_scored": 0}
     detector = WatermarkDetector(model_config=model_config, device="cpu",
                                  watermarking_config=kgw_config(seed).to_dict(), ignore_repeated_ngrams=True)
+    if detector.bos_token_id is None:  # e.g. Qwen: its BOS check compares to None and fails (no BOS in ids anyway)
+        detector.bos_token_id = -1
     out = detector(torch.tensor([ids]), z_threshold=threshold, return_dict=True)
     return {**base, "z_score": float(out.z_score[0]), "p_value": float(out.p_value[0]),
             "is_watermarked": bool(out.prediction[0]), "num_tokens_scored": int(out.num_tokens_scored[0]),

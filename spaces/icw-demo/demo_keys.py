@@ -1,8 +1,9 @@
 """Key handling: a key from the form fields or a pasted key string, what it contains, and the KGW key.
 
 The key fields and the key string box stay in step: a field change rebuilds the key string
-(:func:`update_key`, which keeps a key the fields already describe), a pasted key string sets the
-fields to what it contains (:func:`key_fields`), and every key string change (typed, pasted or
+(:func:`field_changed`, which keeps a key that already holds the changed field's value), a pasted key string sets the
+fields to what it contains (:func:`pasted_key_fields`, on the key box's change event: the browser's
+``input`` event does not fire for every paste), and every key string change (typed, pasted or
 rebuilt) re-describes it (:func:`describe_key`).
 """
 
@@ -139,13 +140,71 @@ def fields_match(key_string: str, family: str, seed: Any, gamma: Any, pool_size:
         return False
 
 
-def update_key(key_string: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
-               model_name: str) -> tuple[Any, Any]:
-    """A key field changed: rebuild the key string, unless it is already a key these fields describe (as
-    after :func:`key_fields` set them from a pasted key, which may carry an explicit secret or letters)."""
-    if fields_match(key_string, family, seed, gamma, pool_size, num_letters, length):
-        return gr.skip(), gr.skip()
-    return make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
+#: The key fields, in :func:`make_key`'s order, and the family each family-specific field belongs to.
+KEY_FIELD_NAMES = ("family", "seed", "gamma", "pool_size", "num_letters", "length")
+_FIELD_FAMILY = {"gamma": "tsp", "pool_size": "tsp", "num_letters": "wip", "length": "sa"}
+
+
+def key_holds(key_string: str, field: str, value: Any) -> bool:
+    """Whether the key in the key box already has ``value`` for the key field ``field`` (or does not use that
+    field: gamma for a WIP key). A key string that does not parse holds nothing."""
+    try:
+        key = ICWKey.from_string(key_string)
+        if field == "family":
+            return key.family == value
+        if field == "seed":
+            return key.seed == int(value)
+        if key.family != _FIELD_FAMILY[field]:
+            return True
+        if field == "gamma":
+            return abs(key.gamma - float(value)) < 1e-9
+        if field == "pool_size":
+            return (key.pool_size or 0) == int(value or 0)
+        return (key.num_letters if field == "num_letters" else key.length) == int(value)
+    except (ICWKeyError, ValueError, TypeError):
+        return False
+
+
+def field_changed(field: str):
+    """The change handler of key field ``field``: (key string, key material, the key string the app wrote).
+
+    It rebuilds the key from all the fields only when the key box's key differs in THIS field: then the user
+    changed it. A field set from a pasted key (:func:`pasted_key_fields`) finds the key already holding its
+    value and keeps the paste (which may carry an explicit secret or letters no field describes), even while
+    the paste's other fields are still on their way; comparing all fields at once would rebuild the key from
+    such a half-updated form. The key string written also goes to a ``gr.State`` in the same update, so
+    :func:`pasted_key_fields` can tell it from a paste."""
+
+    def changed(key_string: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any,
+                length: Any, model_name: str) -> tuple[Any, Any, Any]:
+        value = dict(zip(KEY_FIELD_NAMES, (family, seed, gamma, pool_size, num_letters, length), strict=True))[field]
+        if key_holds(key_string, field, value):
+            return gr.skip(), gr.skip(), gr.skip()
+        key, material = make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
+        return key, material, key
+
+    changed.__name__ = f"{field}_changed"
+    return changed
+
+
+def remade_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
+               model_name: str) -> tuple[str, str, str]:
+    """:func:`make_key` for the page (a new model, a new tokenizer), remembering the key string it wrote."""
+    key, material = make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
+    return key, material, key
+
+
+def pasted_key_fields(key_string: str, written: str, family: str, seed: Any, gamma: Any, pool_size: Any,
+                      num_letters: Any, length: Any) -> tuple[Any, ...]:
+    """The key box changed: when it holds a key the user typed or pasted, set the fields to it (:func:`key_fields`).
+
+    A key the app itself wrote (``written``, rebuilt from the fields) or one the fields already describe moves
+    nothing, so there is no loop, and a rebuilt key arriving late never sets back a field the user has since
+    edited. The fields' own change events then find a key that holds their values and keep it (:func:`field_changed`),
+    so the paste wins, an explicit secret or letter set included."""
+    if key_string == written or fields_match(key_string, family, seed, gamma, pool_size, num_letters, length):
+        return (gr.skip(),) * 6
+    return key_fields(key_string)
 
 
 def _slider(value: float, low: float, high: float, step: float | None = None) -> Any:
