@@ -50,6 +50,13 @@ def test_verify_speed_quick(capsys, qwen3):
     assert [len(qwen3(t, add_special_tokens=False)["input_ids"]) for t in texts] == [600, 600]
 
 
+def test_cli_startup_quick(capsys):
+    results = _load("cli_startup").main(["--quick"])
+    rows = _rows(capsys.readouterr().out)
+    assert [r[0] for r in rows] == ["cold", "warm"]
+    assert all(results[s]["end to end"] > 0 and results[s]["vocab"] > 0 for s in ("cold", "warm"))
+
+
 def test_fpr_audit_quick(capsys):
     rows = _load("fpr_audit").main(["--quick", "--no-progress"])
     printed = capsys.readouterr().out
@@ -102,3 +109,13 @@ def test_train_step_quick(capsys):
     grpo = results["grpo"]
     # the wrapped phases are parts of the step the trainer timed
     assert grpo["generation"] > 0 and grpo["backward"] > 0 and grpo["total"] >= grpo["generation"] + grpo["backward"]
+
+
+def test_datatrove_throughput_quick(capsys):
+    rows = _load("datatrove_throughput").main(["--quick"])
+    table = _rows(capsys.readouterr().out)
+    assert [(r[0], r[1]) for r in table] == [("sa", "icw.verify, one call"), ("sa", "detect_dataset, 1 process"),
+                                            ("sa", "detect_dataset, 2 processes"), ("sa", "datatrove, 1 task"),
+                                            ("sa", "datatrove, 2 tasks")]
+    assert rows[0]["texts"] == 200 and all(v > 0 for v in rows[0]["speed"].values())
+    assert table[0][3] == "1.00x" and all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in table[3:])

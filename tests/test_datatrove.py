@@ -143,7 +143,7 @@ def test_parquet_two_tasks_with_a_set_of_keys_match_verify_keys(tmp_path, corpus
     rows = [r for r in corpus["rows"] if r["text"]]
     keys = [ICWKey.create("sa", seed=100 + s) for s in range(9)] + [corpus["sa"]]
     source = write_shards(tmp_path / "in", rows, "parquet")
-    pipeline = [ParquetReader(str(source)), ICWDetector(keys=keys, max_chars=MAX_CHARS, batch_size=50),
+    pipeline = [ParquetReader(str(source)), ICWDetector(keys, max_chars=MAX_CHARS, batch_size=50),
                 ParquetWriter(str(tmp_path / "out"))]
     LocalPipelineExecutor(pipeline, tasks=2, workers=2, logging_dir=str(tmp_path / "logs")).run()
     docs = by_id(read_output(tmp_path / "out"))
@@ -254,13 +254,12 @@ def test_a_killed_run_resumes_without_duplicates(tmp_path, corpus):
 
 
 def test_bad_input_is_a_clear_error_or_a_note(gpt2):
-    for kwargs, message in [({"key": "icw:sa:seed=x"}, "key field seed must be a number"),
-                            ({"key": "not a key"}, "malformed key"),
-                            ({}, "either key="), ({"key": "icw:sa:seed=1", "keys": ["icw:sa:seed=2"]}, "either key="),
-                            ({"keys": []}, "keys= is empty"),
+    for kwargs, message in [({"keys": "icw:sa:seed=x"}, "key field seed must be a number"),
+                            ({"keys": ["icw:sa:seed=1", "not a key"]}, "malformed key"),
+                            ({"keys": None}, "keys= is required"), ({"keys": []}, "keys= is an empty list"),
                             ({"keys": ["icw:sa:seed=1", ICWKey.create("wip", 1, gpt2)]}, "several families"),
-                            ({"key": "icw:sa:seed=1", "alpha": 1.5}, "alpha must lie"),
-                            ({"key": "icw:sa:seed=1", "batch_size": 0}, "batch_size must be")]:
+                            ({"keys": "icw:sa:seed=1", "alpha": 1.5}, "alpha must lie"),
+                            ({"keys": "icw:sa:seed=1", "batch_size": 0}, "batch_size must be")]:
         with pytest.raises((ValueError, ICWKeyError), match=message):
             ICWDetector(**kwargs)
     docs = [Document("", "empty"), Document("   ", "blank"), Document(None, "none"), Document("x" * 50, "long"),

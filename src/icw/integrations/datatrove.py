@@ -13,17 +13,17 @@ document is written twice).
   datatrove filter.
 
 Both verify ``batch_size`` documents per :func:`icw.verify` call (or per :func:`icw.verify_keys` call
-for a set of keys, with Holm's family-wise error control), and load the tokenizer once per worker
+for a list of keys, with Holm's family-wise error control), and load the tokenizer once per worker
 process. The metadata fields, prefixed by ``metadata_prefix`` (``icw_`` by default, so they cannot
 collide with a corpus's own columns):
 
 * ``z_score``, ``p_value``, ``is_watermarked`` (``p_value <= alpha``), ``num_tokens_scored``,
   ``num_aligned`` (one key) and ``note`` (``""`` when there is none; every field keeps one type, as a
   parquet writer needs);
-* ``key``: the key tested (with a set of keys, the one with the smallest p-value), and ``fired``: the
-  keys whose Holm-adjusted p-value is at most ``alpha``, space-separated (a set of keys only);
+* ``key``: the key tested (with a list of keys, the one with the smallest p-value), and ``fired``: the
+  keys whose Holm-adjusted p-value is at most ``alpha``, space-separated (a list of keys only);
 * ``statistic``, ``null_hypothesis`` and ``p_value_method``: what was counted and what ``p_value``
-  means. With a set of keys, ``p_value`` is the smallest Holm-adjusted p-value: the family-wise
+  means. With a list of keys, ``p_value`` is the smallest Holm-adjusted p-value: the family-wise
   p-value, at most ``alpha`` exactly when a key fires.
 
 A document that cannot be scored does not stop its task: a blank text gets :func:`icw.verify`'s note
@@ -39,7 +39,7 @@ Example:
     >>> from datatrove.pipeline.readers import JsonlReader
     >>> from datatrove.pipeline.writers import JsonlWriter
     >>> from icw.integrations.datatrove import ICWDetector
-    >>> LocalPipelineExecutor([JsonlReader("corpus/"), ICWDetector(key="icw:sa:seed=1,length=18"),
+    >>> LocalPipelineExecutor([JsonlReader("corpus/"), ICWDetector("icw:sa:seed=1,length=18"),
     ...                        JsonlWriter("scored/")], tasks=4, logging_dir="logs/icw").run()  # doctest: +SKIP
 """
 
@@ -68,13 +68,14 @@ class _ICWScoring:
     """The scoring shared by both steps. Keys are kept as strings: a step is pickled to every worker
     (and written to the executor's JSON), so it carries no parsed key caches and no tokenizer."""
 
-    def _setup(self, key: ICWKey | str | None, keys: Sequence[ICWKey | str] | None, tokenizer: Any, alpha: float,
-               max_chars: int, batch_size: int, metadata_prefix: str) -> None:
-        if (key is None) == (keys is None):
-            raise ValueError("pass either key= (one key) or keys= (a set of keys, with Holm's correction), not both")
-        parsed = [as_key(key)] if key is not None else [as_key(k) for k in keys]  # a malformed key fails here
+    def _setup(self, keys: ICWKey | str | Sequence[ICWKey | str], tokenizer: Any, alpha: float, max_chars: int,
+               batch_size: int, metadata_prefix: str) -> None:
+        if keys is None:
+            raise ValueError("keys= is required: one key (a key object or its string), or a list of keys")
+        self.multi_key = not isinstance(keys, (ICWKey, str, dict))
+        parsed = [as_key(k) for k in keys] if self.multi_key else [as_key(keys)]  # a malformed key fails here
         if not parsed:
-            raise ValueError("keys= is empty: pass at least one key")
+            raise ValueError("keys= is an empty list: pass at least one key")
         families = {k.family for k in parsed}
         if len(families) > 1:
             raise ValueError(f"keys of several families ({', '.join(sorted(families))}): use one step per family")
@@ -85,7 +86,6 @@ class _ICWScoring:
         if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
             raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
         self.keys = [k.to_string() for k in parsed]
-        self.multi_key = keys is not None
         self.family = parsed[0].family
         # TSP/WIP: the key's own tokenizer name unless overridden; SA needs none
         self.tokenizer = None if self.family == "sa" else (tokenizer if tokenizer is not None else parsed[0].tokenizer)
@@ -154,10 +154,10 @@ class ICWDetector(_ICWScoring, PipelineStep):
     document is passed on (see the module docstring for the fields).
 
     Args:
-        key (`ICWKey` or `str`, *optional*): the key every document is tested against.
-        keys (`list[ICWKey | str]`, *optional*): a set of keys of one family instead (e.g. one per user
-            of a platform): each document is tested against all of them with Holm's family-wise error
-            control at ``alpha`` (:func:`icw.verify_keys`).
+        keys (`ICWKey`, `str` or `list`): the key every document is tested against (:func:`icw.verify`),
+            or a list of keys of one family (e.g. one per user of a platform), each document then
+            tested against all of them with Holm's family-wise error control at ``alpha``
+            (:func:`icw.verify_keys`).
         tokenizer (`str`, *optional*): the tokenizer name or folder for TSP/WIP keys (default: the
             key's own); loaded once per worker process.
         alpha (`float`, defaults to 0.01): significance level of ``is_watermarked``.
@@ -167,7 +167,7 @@ class ICWDetector(_ICWScoring, PipelineStep):
 
     Example:
         >>> from datatrove.data import Document
-        >>> step = ICWDetector(key="icw:sa:seed=3,secret=ABC")
+        >>> step = ICWDetector("icw:sa:seed=3,secret=ABC")
         >>> doc = next(step.run([Document("Apples fall. Bears run. Cats sleep.", id="a")]))
         >>> doc.metadata["icw_num_aligned"], doc.metadata["icw_p_value"] < 0.05
         (3, True)
@@ -176,11 +176,11 @@ class ICWDetector(_ICWScoring, PipelineStep):
     name = "ICW detect"
     type = "🔍 - DETECTOR"
 
-    def __init__(self, key: ICWKey | str | None = None, *, keys: Sequence[ICWKey | str] | None = None,
-                 tokenizer: str | None = None, alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS,
-                 batch_size: int = 256, metadata_prefix: str = "icw_") -> None:
+    def __init__(self, keys: ICWKey | str | Sequence[ICWKey | str], *, tokenizer: str | None = None,
+                 alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS, batch_size: int = 256,
+                 metadata_prefix: str = "icw_") -> None:
         super().__init__()
-        self._setup(key, keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
+        self._setup(keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         for batch in batched(data or (), self.batch_size):
@@ -201,25 +201,24 @@ class ICWFilter(_ICWScoring, BaseFilter):
     ``icw_not_watermarked``. A document that could not be scored counts as not watermarked.
 
     Args:
-        key, keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix: as in :class:`ICWDetector`.
+        keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix: as in :class:`ICWDetector`.
         keep_watermarked (`bool`, defaults to `False`): keep the watermarked documents instead of dropping them.
         exclusion_writer (`DiskWriter`, *optional*): where the dropped documents are written.
 
     Example:
         >>> from datatrove.data import Document
         >>> docs = [Document("Apples fall. Bears run. Cats sleep.", id="a"), Document("Some plain words.", id="b")]
-        >>> [d.id for d in ICWFilter(key="icw:sa:seed=3,secret=ABC", alpha=0.05).run(docs)]
+        >>> [d.id for d in ICWFilter("icw:sa:seed=3,secret=ABC", alpha=0.05).run(docs)]
         ['b']
     """
 
     name = "ICW filter"
 
-    def __init__(self, key: ICWKey | str | None = None, *, keys: Sequence[ICWKey | str] | None = None,
-                 keep_watermarked: bool = False, exclusion_writer: DiskWriter | None = None,
-                 tokenizer: str | None = None, alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS,
+    def __init__(self, keys: ICWKey | str | Sequence[ICWKey | str], *, keep_watermarked: bool = False,
+                 exclusion_writer: DiskWriter | None = None, tokenizer: str | None = None, alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS,
                  batch_size: int = 256, metadata_prefix: str = "icw_") -> None:
         super().__init__(exclusion_writer=exclusion_writer, batch_size=batch_size)
-        self._setup(key, keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
+        self._setup(keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
         self.keep_watermarked = keep_watermarked
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
