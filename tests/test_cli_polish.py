@@ -42,6 +42,22 @@ def test_cli_starts_without_heavy_imports():
     assert "transformers" in _loaded_after(run_main.format('["bench", "run", "--help"]'))
 
 
+def test_detect_with_an_embedded_tokenizer_imports_no_torch(tmp_path):
+    """``icw detect`` under a WIP/Qwen3 key loads the tokenizer without AutoTokenizer, whose import pulls in
+    torch (issue 25: start-up); scipy.special (TSP's tails only) stays unloaded too."""
+    from icw import ICWKey
+
+    text = tmp_path / "text.txt"
+    text.write_text("Some text to check. It was written by a person.\n")
+    key = ICWKey.create("wip", seed=1, tokenizer="qwen3").to_string()
+    loaded = _loaded_after(f"from icw.cli import main\nmain(['detect', '--key', {key!r}, {str(text)!r}])")
+    assert "torch" not in loaded and "transformers" in loaded
+    code = f"from icw.cli import main\nimport sys\nmain(['detect', '--key', {key!r}, {str(text)!r}])\n" \
+           "print(sorted(m for m in sys.modules if m.startswith('scipy.special')))"
+    done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "[]", done.stderr[-2000:]
+
+
 def test_lazy_parser_lists_the_same_commands_as_the_full_one(capsys):
     from icw.cli import build_parser
 

@@ -65,3 +65,65 @@ def test_sentencepiece_style_word_starts(sentencepiece_style):
     key = ICWKey.create("wip", seed=3, tokenizer=tok)
     result = verify("The quick brown fox jumps over the lazy dog.", key, tok)
     assert result.num_tokens_scored == len({i for i in tok("The quick brown fox jumps over the lazy dog.")["input_ids"] if view.is_word[i]})
+
+
+def _fresh(tokenizer):
+    """A view as a new process computes it: the in-memory cache bypassed, the disk cache used."""
+    from icw.vocab import _CACHE
+
+    _CACHE.pop(tokenizer, None)
+    return vocabulary(tokenizer)
+
+
+def _same_view(a, b):
+    assert (a.name, a.fingerprint, a.surfaces) == (b.name, b.fingerprint, b.surfaces)
+    for name in ("is_en", "is_word", "word_letter", "lead_letter", "lead_space"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gpt2"])
+def test_disk_cached_view_equals_the_computed_one(name, request, tmp_path, monkeypatch):
+    from icw.vocab import _compute_view
+
+    monkeypatch.setenv("ICW_CACHE", str(tmp_path))
+    tok = request.getfixturevalue(name)
+    first = _fresh(tok)  # computed and written
+    (path,) = (tmp_path / "vocab").glob("*.npz")
+    before = path.stat().st_mtime_ns
+    second = _fresh(tok)  # read back
+    assert path.stat().st_mtime_ns == before and second is not first
+    _same_view(second, _compute_view(tok))
+
+
+def test_disk_cache_is_invalidated_by_a_changed_tokenizer_and_survives_a_bad_file(tmp_path, monkeypatch):
+    from icw.models import load_tokenizer
+
+    monkeypatch.setenv("ICW_CACHE", str(tmp_path))
+    tok = load_tokenizer.__wrapped__("gpt2")  # a private copy: it is changed below
+    plain = _fresh(tok)
+    tok.add_tokens(["<marker>"])  # a new (added) token: a different tokenizer, a different cache entry
+    grown = _fresh(tok)
+    assert grown.size == plain.size + 1 and grown.surfaces[-1] == "<marker>"
+    assert len(list((tmp_path / "vocab").glob("*.npz"))) == 2
+    for path in (tmp_path / "vocab").glob("*.npz"):  # a truncated file (a crash mid-write elsewhere)
+        path.write_bytes(path.read_bytes()[:100])
+    _same_view(_fresh(tok), grown)  # recomputed, and rewritten whole
+    _same_view(_fresh(tok), grown)
+    assert not list((tmp_path / "vocab").glob(".*"))  # no temporary file left behind
+
+
+def test_disk_cache_under_concurrent_writers(tmp_path):
+    """Processes that compute the same view at once all get it, and leave one whole file."""
+    import subprocess
+    import sys
+
+    code = ("from icw.models import load_tokenizer\nfrom icw.vocab import vocabulary\n"
+            "print(vocabulary(load_tokenizer('gpt2')).fingerprint)")
+    env = {**__import__("os").environ, "ICW_CACHE": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outs = {p.communicate(timeout=300)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(outs) == 1
+    assert [p.name for p in (tmp_path / "vocab").iterdir()] == [p.name for p in (tmp_path / "vocab").glob("*.npz")]
+    assert len(list((tmp_path / "vocab").glob("*.npz"))) == 1

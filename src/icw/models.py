@@ -74,10 +74,8 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
         >>> tok.convert_ids_to_tokens(tok("Hello world")["input_ids"])
         ['Hello', 'Ġworld']
     """
-    from transformers import AutoTokenizer
-
     if name == "qwen3":
-        return _tag(AutoTokenizer.from_pretrained(str(package_asset("qwen3"))), "qwen3")
+        return _tag(_embedded_tokenizer(package_asset("qwen3")), "qwen3")
     if name == "gpt2":
         from transformers import GPT2Tokenizer
 
@@ -92,13 +90,27 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
             raise MissingAssetError(f"the GPT-2 tokenizer built from {data} has only {len(tok)} tokens")
         return _tag(tok, "gpt2")
     if name == "smollm2":
-        return _tag(AutoTokenizer.from_pretrained(str(smollm2_path())), "smollm2")
+        return _tag(_embedded_tokenizer(smollm2_path()), "smollm2")
+    from transformers import AutoTokenizer
+
     try:
         return AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as err:  # not cached by lru_cache: a later call (e.g. online) retries
         raise MissingAssetError(f"cannot load tokenizer {name!r}: {_load_failure(name, err, 'tokenizer')}. "
                                 f"Use an embedded tokenizer ({', '.join(EMBEDDED_TOKENIZERS)}), a local folder "
                                 "with tokenizer files, or a Hub id while online.") from None
+
+
+def _embedded_tokenizer(folder: Path) -> Any:
+    """The class its ``tokenizer_config.json`` names, as AutoTokenizer picks it, without importing
+    AutoTokenizer: that import pulls in torch (about 1.5 s), which ``icw detect`` never needs."""
+    import transformers
+
+    name = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class", "")
+    cls = getattr(transformers, name, None) if name.endswith(("Tokenizer", "TokenizerFast", "Backend")) else None
+    if cls is None:
+        from transformers import AutoTokenizer as cls
+    return cls.from_pretrained(str(folder))
 
 
 def resolve_tokenizer(tokenizer: Any) -> Any:

@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaln
 
 from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
 from .lcs import lcs_alignment, lcs_length, letter_codes, permutation_nulls, sequential_exceedances
@@ -224,6 +223,8 @@ def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray
 
 
 def _log_comb(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln  # here, not at the top: scipy.special takes ~0.4 s to import
+
     return gammaln(a + 1.0) - gammaln(b + 1.0) - gammaln(a - b + 1.0)
 
 
