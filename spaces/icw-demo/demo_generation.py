@@ -88,11 +88,17 @@ class _StopWhenSet:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
+#: Every row (plain, instructed, biased, KGW alike) may not repeat a 3-token phrase: a 135M model otherwise
+#: loops ("an answer in an answer in ..."), and a loop adds no new distinct token for the detector to count.
+NO_REPEAT_NGRAM_SIZE = 3
+
+
 def sampling_kwargs(temperature: float = DEFAULT_SAMPLING["temperature"], top_p: float = DEFAULT_SAMPLING["top_p"],
                     greedy: bool = False) -> dict[str, Any]:
     if greedy:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p)}
+        return {"do_sample": False, "no_repeat_ngram_size": NO_REPEAT_NGRAM_SIZE}
+    return {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p),
+            "no_repeat_ngram_size": NO_REPEAT_NGRAM_SIZE}
 
 
 def batch_rows(tok: Any, query: str, key: ICWKey, kgw: bool) -> tuple[list[str], list[str]]:
