@@ -46,6 +46,7 @@ except ModuleNotFoundError:  # running from a checkout without `pip install -e .
 
 import gradio as gr  # noqa: E402
 from demo_common import (  # noqa: E402
+    DEFAULT_NEW_TOKENS,
     DEFAULT_POOL_SIZE,
     DEFAULT_QUERY,
     EMBEDDED,
@@ -214,7 +215,7 @@ def model_and_run_fields(ui: SimpleNamespace, model_name: str, online: bool) -> 
                            "Offline: set ICW_SPACE_MODEL to a model folder to use another model.")
     ui.delta = gr.Slider(0.0, 15.0, value=DEFAULT_DELTA["wip"], step=0.5, elem_id="icw-delta",
                          label="Bias strength delta (answer 3)", info=DELTA_HELP["wip"])
-    ui.max_new_tokens = gr.Slider(8, MAX_NEW_TOKENS, value=120, step=8, label="Max new tokens",
+    ui.max_new_tokens = gr.Slider(8, MAX_NEW_TOKENS, value=DEFAULT_NEW_TOKENS, step=8, label="Max new tokens",
                                   elem_id="icw-max-new-tokens")
     ui.alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)", step=0.005, elem_id="icw-alpha",
                          info="Watermarked when p ≤ alpha. Enter (or leaving the box) re-judges the answers already written.")

@@ -18,6 +18,9 @@ from icw.models import SMOLLM2_HUB_ID, MissingAssetError, load_model, load_token
 MAX_QUERY_CHARS = 2_000
 MAX_TEXT_CHARS = 20_000
 MAX_NEW_TOKENS = 400
+#: The page's new-token budget per answer: a first click on a 2-core CPU writes the four answers and judges
+#: them in about 10 s at int8 (``benchmarks/demo_latency.py``); longer answers are a slider away.
+DEFAULT_NEW_TOKENS = 80
 #: TSP writes its green list into the prompt; a 135M model's context cannot hold the paper's
 #: ~17,700 tokens, so the demo draws T from the N lowest-id English tokens by default.
 DEFAULT_POOL_SIZE = 500
