@@ -239,8 +239,8 @@ def test_a_training_card_says_it_was_not_evaluated_until_results_come(results_fi
     assert card.data.library_name == "peft" and card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert not card.data.eval_results and "sdlp" in card.data.tags
     assert "Not evaluated yet" in text and "## Evaluation" in text
-    assert "WIP 123 D_H1 + 45 D_H0 (120 distinct keys)" in text and "rank 8, alpha 16, on q_proj, v_proj" in text
-    assert "60 optimizer steps of 60 (epoch 2.00); logged loss 40.5 at step 10 -> 12.25 at step 60" in text
+    assert "WIP 123 D_H1 + 45 D_H0 (distinct keys: 120)" in text and "rank 8, alpha 16, on q_proj, v_proj" in text
+    assert "Progress: optimizer step 60 of 60 (epoch 2.00); logged loss 40.5 at step 10 -> 12.25 at step 60" in text
     assert "mean training loss 3.25" in text and "learning_rate 0.0002" in text
     # its evaluation commands, run as printed, end with `icw hub model-card ... --out` on this folder: the
     # results then join the card and the training section stays

@@ -137,13 +137,14 @@ def _icw_card(out: Path, dcs: Path, losses: list[float], steps: int, label: int 
     card = ModelCard.load(out / "README.md")
     assert "## How it was trained" in card.text and "More Information Needed" not in card.text
     assert "icw" in card.data.tags and card.data.pipeline_tag == "text-generation"
-    assert f"Progress: {steps} optimizer steps of {steps} (epoch" in card.text
+    assert f"Progress: optimizer step {steps} of {steps} (epoch" in card.text
     assert f"logged loss {losses[0]:.4g} at step 1" in card.text
     rows = Dataset.from_parquet(str(dcs / "data.parquet"))
     for family in ("tsp", "wip", "sa"):
         labels = [v for f, v in zip(rows["family"], rows["label"], strict=True) if f == family]
         h1, h0 = labels.count(1), labels.count(0) if label is None else 0
-        assert f"{family.upper()} {h1} D_H1{f' + {h0} D_H0' if h0 else ''} (" in card.text
+        assert f"{family.upper()} {h1} D_H1{f' + {h0} D_H0' if h0 else ''} (distinct keys: {h1})" in card.text
+    assert card.text.index("TSP 1 D_H1") < card.text.index("WIP 1 D_H1") < card.text.index("SA 1 D_H1")
     facts = json.loads((out / "icw_training.json").read_text())
     assert facts["progress"]["global_step"] == steps and facts["progress"]["final"]
     return card.text

@@ -463,7 +463,7 @@ def training_description(training: dict[str, Any]) -> dict[str, Any]:
     counts = []
     for family, got in (training.get("rows") or {}).items():
         h0 = f" + {got['h0']} D_H0" if got.get("h0") else ""
-        counts.append(f"{family.upper()} {got['h1']} D_H1{h0} ({got['keys']} distinct keys)")
+        counts.append(f"{family.upper()} {got['h1']} D_H1{h0} (distinct keys: {got['keys']})")
     lines.append(f"Data: `{data.get('name')}`" + (f" (split {data['split']})" if data.get("split") else "")
                  + (f", at most {data['max_rows']} rows" if data.get("max_rows") else "")
                  + f"; families {fams}; rows trained on: {'; '.join(counts)}.")
@@ -472,7 +472,7 @@ def training_description(training: dict[str, Any]) -> dict[str, Any]:
     settings = training.get("settings") or {}
     lines.append("Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".")
     done = progress.get("global_step")
-    state = (f"{done} optimizer steps of {progress.get('max_steps')} (epoch {progress.get('epoch') or 0:.2f})"
+    state = (f"optimizer step {done} of {progress.get('max_steps')} (epoch {progress.get('epoch') or 0:.2f})"
              + ("" if progress.get("final") else "; this folder is a checkpoint saved during the run"))
     measured = [m for m in (_steps(progress.get("loss"), "logged loss"), _steps(progress.get("reward"), "mean reward"))
                 if m]

@@ -16,6 +16,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..keys import FAMILIES
+
 logger = logging.getLogger(__name__)
 
 #: The trainer arguments a card lists, per recipe (``args`` fields, then a recipe's own settings).
@@ -41,7 +43,7 @@ def _rows(dataset: Any) -> dict[str, dict[str, int]]:
         got["h1" if h1 else "h0"] += 1
         if h1 and key:
             got["keys"].add(key)
-    return {f: {**got, "keys": len(got["keys"])} for f, got in sorted(rows.items())}
+    return {f: {**rows[f], "keys": len(rows[f]["keys"])} for f in FAMILIES if f in rows}
 
 
 def _keys(recipe: str, args: Any) -> str:
