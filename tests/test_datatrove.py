@@ -3,6 +3,7 @@ parquet shards with 2 tasks, a killed run resumed, and bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -238,8 +239,10 @@ def test_a_killed_run_resumes_without_duplicates(tmp_path, corpus):
         run.wait()
         run.stderr.close()
     assert sorted(p.name for p in (logs / "completions").iterdir()) == ["00000"]
-    partial = [json.loads(line)["id"] for line in (out / "00001.jsonl").read_text(encoding="utf-8").splitlines()
-               if line.endswith("}")]
+    partial = []
+    for line in (out / "00001.jsonl").read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):  # the last line may be cut anywhere, even after an inner "}"
+            partial.append(json.loads(line)["id"])
     rank1 = {r["id"] for r in rows[1::SHARDS] + rows[3::SHARDS]}  # rank 1's files: part-1 and part-3
     assert 0 < len(partial) < len(rank1) and set(partial) <= rank1  # a real partial output was left behind
     rank0_written = (out / "00000.jsonl").stat().st_mtime_ns
