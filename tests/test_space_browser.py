@@ -69,8 +69,8 @@ def _wait_for_key(page) -> str:
 
 def test_generate_and_detect_in_the_browser(space_url, page, tmp_path):
     page.goto(space_url, wait_until="load", timeout=120_000)  # networkidle can time out on a busy CPU
-    assert page.title() == "ICW: in-context watermarking demo"
     key = _wait_for_key(page)
+    assert page.title() == "ICW: in-context watermarking demo"  # set by the page's script, once it has run
     assert key.startswith("icw:wip:seed=42,")
     assert "Green letters" in page.locator("#icw-key-material").inner_text()
 
