@@ -55,9 +55,10 @@ def test_pipeline_without_model_uses_the_keys_tokenizer_offline(tmp_path):
 
 #: What a wheel is built from: the project's files (copied, so the build leaves nothing in the checkout
 #: and no stale ``build/`` of an earlier layout can leak into the wheel).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "src", "metrics", "model_cards/templates")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "src", "metrics", "model_cards/templates", "spaces/icw-demo")
 #: The repository's top-level folders the wheel carries, as the data packages they become.
-CARRIED = {"metrics": "icw/_bundled_metrics", "model_cards/templates": "icw/_card_templates"}
+CARRIED = {"metrics": "icw/_bundled_metrics", "model_cards/templates": "icw/_card_templates",
+           "spaces/icw-demo": "icw/_space"}
 
 
 @dataclass
@@ -116,7 +117,7 @@ def wheel_env(tmp_path_factory) -> WheelEnv:
 
 
 def test_wheel_carries_the_top_level_folders_by_configuration(wheel_env):
-    """metrics/ and model_cards/templates/ are in the wheel, byte for byte, as data packages; every
+    """metrics/, model_cards/templates/ and spaces/icw-demo/ are in the wheel, byte for byte, as data packages; every
     package of src/icw is too (pyproject.toml lists them), and nothing of the old src/icw/metrics."""
     with zipfile.ZipFile(wheel_env.wheel) as wheel:
         names = set(wheel.namelist())
@@ -171,6 +172,34 @@ def test_wheel_installed_outside_the_checkout_works(wheel_env, tmp_path):
     for field in ("icw", "metric", "card"):
         assert Path(got[field]).is_relative_to(wheel_env.site), got  # from the wheel, not the checkout
     assert got["z"] == pytest.approx(row["z_score"]) and got["pipe"] == "wip"
+
+
+def test_space_runs_from_the_installed_wheel(wheel_env, tmp_path):
+    """`icw space` outside the checkout serves the demo page from the wheel's copy of spaces/icw-demo."""
+    import signal
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([str(wheel_env.python.parent / "icw"), "space", "--port", str(port)], cwd=tmp_path,
+                            env={**wheel_env.env, **OFFLINE}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in proc.stdout:  # the page prints its URL once it serves (after loading the model)
+            lines.append(line)
+            if "Space running at" in line:
+                break
+        assert "Space running at" in lines[-1], "".join(lines)[-4000:]
+        assert f"from {wheel_env.site / 'icw' / '_space'}" in lines[0], lines[0]  # the wheel's copy, not the checkout
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=60) as reply:
+            config = reply.read().decode()
+        assert '"icw-key"' in config and '"icw-generate"' in config
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
 
 
 def metric_inputs(tokenizer) -> dict[str, dict]:

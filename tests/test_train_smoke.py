@@ -163,6 +163,10 @@ def test_icw_train_sft_runs_a_step(dcs, tiny_dir, tmp_path):
                           capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     AutoModelForCausalLM.from_pretrained(out)
+    card = (out / "README.md").read_text()  # icw's training card, as SDLP and GRPO write it, not trl's template
+    assert "## How it was trained" in card and "More Information Needed" not in card
+    facts = json.loads((out / "icw_training.json").read_text())
+    assert facts["progress"]["global_step"] == 1 and facts["progress"]["final"]
 
 
 def _rows(tok):

@@ -1,4 +1,5 @@
-"""The folders at the top of the repository that the wheel carries: ``metrics/`` and ``model_cards/templates/``.
+"""The folders at the top of the repository that the wheel carries: ``metrics/``, ``model_cards/templates/``
+and the demo Space, ``spaces/icw-demo/``.
 
 Each has one copy, in the repository. ``pyproject.toml`` maps it to a data package of ``icw``
 (``package-dir``), so a wheel installs it inside the package and an editable install resolves the
@@ -19,15 +20,17 @@ from pathlib import Path
 METRICS_PACKAGE = "icw._bundled_metrics"
 #: ``model_cards/templates/`` (the model card templates), as the wheel carries it.
 CARD_TEMPLATES_PACKAGE = "icw._card_templates"
+#: ``spaces/icw-demo/`` (the demo Space: ``app.py`` and its rooms), as the wheel carries it.
+SPACE_PACKAGE = "icw._space"
 #: Where each data package lives in the repository.
-SOURCES = {METRICS_PACKAGE: "metrics", CARD_TEMPLATES_PACKAGE: "model_cards/templates"}
+SOURCES = {METRICS_PACKAGE: "metrics", CARD_TEMPLATES_PACKAGE: "model_cards/templates", SPACE_PACKAGE: "spaces/icw-demo"}
 
 
 def bundled_folder(package: str) -> Path:
     """The folder of a data package of ``icw`` (inside the wheel, or the repository's folder in a checkout).
 
     Args:
-        package (`str`): :data:`METRICS_PACKAGE` or :data:`CARD_TEMPLATES_PACKAGE`.
+        package (`str`): :data:`METRICS_PACKAGE`, :data:`CARD_TEMPLATES_PACKAGE` or :data:`SPACE_PACKAGE`.
 
     Raises:
         FileNotFoundError: the installation lacks it (an ``icw`` installed from an older build, or a

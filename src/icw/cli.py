@@ -31,6 +31,7 @@ _COMMAND_MODULES = {
     "bench": ("icw.bench.cli", "ICWBench: build the dataset, run a model, report"),
     "train": ("icw.train.cli", "cold-start synthesis, SDLP, GRPO and SFT training"),
     "hub": ("icw.publish", "Hugging Face Hub: metric Spaces, model cards"),
+    "space": ("icw.space", "run the demo Space (watermark and detect side by side) in your browser"),
 }
 _USER_ERRORS = (ICWKeyError, KeyMismatchError, TextTooLongError, MissingAssetError, ValueError, TypeError,
                 FileNotFoundError, UnicodeDecodeError)

@@ -76,7 +76,7 @@ def _versions() -> dict[str, str]:
 
 
 def training_facts(trainer: Any, recipe: str, data_args: Any, base_model: str,
-                   settings: dict[str, Any] | None = None) -> dict[str, Any]:
+                   settings: dict[str, Any] | None = None, rows: Any = None) -> dict[str, Any]:
     """What the card says about the run, read from ``trainer`` (arguments, data, state), not typed.
 
     Args:
@@ -85,6 +85,8 @@ def training_facts(trainer: Any, recipe: str, data_args: Any, base_model: str,
         data_args (`DCSArguments`): the data the recipe read.
         base_model (`str`): the policy's ``model_name_or_path`` (``smollm2``, a folder or a Hub id).
         settings (`dict`, *optional*): recipe settings outside ``trainer.args`` (GRPO's reward arguments).
+        rows (`datasets.Dataset`, *optional*): the ``D_cs`` rows trained on, where the trainer's own dataset
+            no longer names their families and keys (SFT's prompt-completion rows).
     """
     args, model = trainer.args, trainer.model
     peft_config = getattr(model, "peft_config", None)
@@ -94,7 +96,7 @@ def training_facts(trainer: Any, recipe: str, data_args: Any, base_model: str,
         "r": lora.r, "lora_alpha": lora.lora_alpha,
         "target_modules": sorted({str(t).rsplit(".", 1)[-1] for t in targets}) if isinstance(targets, (set, list))
         else [str(targets)]}
-    rows = _rows(trainer.train_dataset)
+    rows = _rows(trainer.train_dataset if rows is None else rows)
     names = SETTINGS["common"] + SETTINGS.get(recipe, ())
     chosen = {name: getattr(args, name) for name in names if hasattr(args, name)}
     if recipe == "sdlp":

@@ -127,7 +127,7 @@ def resume_checkpoint(training_args: Any) -> str | None:
 
 
 def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_args: Any, recipe: str,
-                   settings: dict[str, Any] | None = None) -> None:
+                   settings: dict[str, Any] | None = None, rows: Any = None) -> None:
     """Train (resuming as ``resume_from_checkpoint`` asks), then :func:`save_and_push`, with icw's model card
     in every checkpoint folder and in the output folder: what ``recipes/sdlp.py`` and ``recipes/grpo.py`` run.
 
@@ -138,11 +138,13 @@ def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_
         model_args (`trl.ModelConfig`): names the base model.
         recipe (`str`): ``"sdlp"``, ``"grpo"`` or ``"sft"``, as the card names it.
         settings (`dict`, *optional*): recipe settings outside ``trainer.args``, listed on the card.
+        rows (`datasets.Dataset`, *optional*): the ``D_cs`` rows, where the trainer's dataset no longer names
+            their families (SFT).
     """
     from .card import ModelCardCallback, training_facts
 
     try:
-        facts = training_facts(trainer, recipe, data_args, model_args.model_name_or_path, settings)
+        facts = training_facts(trainer, recipe, data_args, model_args.model_name_or_path, settings, rows)
     except Exception as err:  # noqa: BLE001 (a card is documentation: never lose a run to it)
         warnings.warn(f"the model card will be missing: reading the run's facts failed: {err}", stacklevel=2)
         facts = None

@@ -16,7 +16,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from ..generation import user_message
 from ..keys import as_key
-from .common import DCSArguments, fp32_without_native_bf16, load_policy, resume_checkpoint, save_and_push
+from .common import DCSArguments, fp32_without_native_bf16, load_policy, train_and_save
 
 
 @dataclass
@@ -81,6 +81,5 @@ def main(script_args: DCSArguments, training_args: SFTConfig, model_args: ModelC
     trainer = SFTTrainer(model=model, args=training_args,
                          train_dataset=sft_dataset(rows, tokenizer, sft_args.instruction_template),
                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    save_and_push(trainer, tokenizer, script_args, model_args.model_name_or_path)
+    train_and_save(trainer, tokenizer, script_args, model_args, "sft", rows=rows)
     return trainer
