@@ -171,7 +171,7 @@ def run_description(results: dict[str, Any], base_model: str | None, adapter: An
         caveats.append("The dataset is a local folder: the run cannot be reproduced from the Hub as is.")
     if adapter:
         model_line = f"a {adapter} adapter over `{base_model}` (evaluated with the adapter loaded)"
-    elif is_base_model(results["model"], base_model):
+    elif _is_base_model(results["model"], base_model):
         model_line = f"`{results['model']}`, the base model itself (no adapter, untrained for ICW)"
     elif base_model:
         model_line = f"`{results['model']}`, fine-tuned from `{base_model}` (all weights; no adapter)"
@@ -181,23 +181,23 @@ def run_description(results: dict[str, Any], base_model: str | None, adapter: An
             "sizes": sizes, "caveats": caveats}
 
 
-def hub_name(name: str | None) -> str | None:
+def _hub_name(name: str | None) -> str | None:
     """The Hub id a model name stands for: icw's embedded ``smollm2`` is SmolLM2-135M-Instruct."""
     return SMOLLM2_HUB_ID if name == "smollm2" else name
 
 
-def is_base_model(model: str | None, base_model: str | None) -> bool:
+def _is_base_model(model: str | None, base_model: str | None) -> bool:
     """Whether the evaluated ``model`` is ``base_model`` itself (a base row, not a model trained from it)."""
-    return bool(model and base_model) and hub_name(model) == hub_name(base_model)
+    return bool(model and base_model) and _hub_name(model) == _hub_name(base_model)
 
 
 def _load_name(name: str) -> str:
     """What :func:`icw.models.load_model` is given in a card's how-to: the embedded copy for SmolLM2, so
     the snippet runs offline as printed."""
-    return "smollm2" if hub_name(name) == SMOLLM2_HUB_ID else name
+    return "smollm2" if _hub_name(name) == SMOLLM2_HUB_ID else name
 
 
-def how_to(model: str, base_model: str | None = None, adapter: bool = False, family: str = "wip",
+def _how_to(model: str, base_model: str | None = None, adapter: bool = False, family: str = "wip",
            max_new_tokens: int = 96) -> str:
     """The card's "How to use" code: load the model (``base_model`` plus ``model`` when ``adapter``), ask
     one instructed query with a ``family`` key and verify the answer; it leaves no name for the reader to fill in."""
@@ -322,7 +322,7 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         eval_entries = eval_results(results, dataset_id)
         datasets = [dataset_id] if "/" in str(dataset_id) else None
         rows = [_row(family, stats) for family, stats in results["families"].items()]
-    hub_base, is_base = hub_name(base_model), bool(results) and is_base_model(model_id, base_model)
+    hub_base, is_base = _hub_name(base_model), bool(results) and _is_base_model(model_id, base_model)
     card_data = ModelCardData(  # a base model is not its own base_model on the Hub
         model_name=model_id, base_model=hub_base if hub_base and _is_hub_id(hub_base) and not is_base else None,
         library_name="peft" if adapter else "transformers", pipeline_tag="text-generation", tags=tags,
@@ -334,7 +334,7 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         adapter=str(adapter) if adapter else None, is_base=is_base,
         dataset_id=dataset_id, rows=rows, what=what, mode=what.get("mode"), training=trained,
         max_new_tokens=(results or {}).get("max_new_tokens"), notes=list(notes or ()), commands=list(commands or ()),
-        how_to=how_to(model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0]),
+        how_to=_how_to(model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0]),
         paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
 
@@ -453,8 +453,8 @@ def training_description(training: dict[str, Any]) -> dict[str, Any]:
     recipe, lora, progress = training["recipe"], training.get("adapter"), training.get("progress") or {}
     base, families = training["base_model"], list(training.get("families") or [])
     fams = ", ".join(f.upper() for f in families)
-    what = (f"A LoRA adapter (rank {lora['r']}) for `{hub_name(base)}`" if lora
-            else f"`{hub_name(base)}` with all weights fine-tuned")
+    what = (f"A LoRA adapter (rank {lora['r']}) for `{_hub_name(base)}`" if lora
+            else f"`{_hub_name(base)}` with all weights fine-tuned")
     lines = [f"Recipe: {RECIPES.get(recipe, recipe)}; `recipes/{recipe}.py` (or `icw train {recipe}`).",
              f"Base model: `{base}`" + (f" (icw's embedded copy of `{SMOLLM2_HUB_ID}`)." if base == "smollm2" else ".")]
     lines.append(f"Weights: a LoRA adapter, rank {lora['r']}, alpha {lora['lora_alpha']}, on "
@@ -486,7 +486,7 @@ def training_description(training: dict[str, Any]) -> dict[str, Any]:
     model = ["--model", tokenizer, "--adapter", str(out)] if lora else ["--model", str(out)]
     evaluate = [f".venv/bin/icw bench build --out runs/icwbench --tokenizer {tokenizer} --families {' '.join(families)}",
                 f".venv/bin/icw bench run --dataset runs/icwbench --out {run} --families {' '.join(families)} "
-                + " ".join(model) + f" --base-model {hub_name(base)}",
+                + " ".join(model) + f" --base-model {_hub_name(base)}",
                 f".venv/bin/icw bench report {run}",
                 f".venv/bin/icw hub model-card {run}/results.json --out {out}"]
     return {"summary": f"{what}, trained with icw's {recipe.upper()} recipe to follow in-context watermark (ICW) "
