@@ -105,7 +105,7 @@ class _Recorded:
 
 
 @contextlib.contextmanager
-def recipe_errors(parser: Any, recipe: str) -> Iterator[Any]:
+def recipe_errors(parser: Any, recipe: str, exit_on_error: bool = True) -> Iterator[Any]:
     """Run a recipe's ``main(*parser.parse_args_and_config())`` with errors a user can fix as one line.
 
     The recipe keeps trl's script shape; inside this block an error a user can fix (those ``icw`` prints
@@ -116,6 +116,9 @@ def recipe_errors(parser: Any, recipe: str) -> Iterator[Any]:
         parser (`trl.TrlParser`): the recipe's parser (``make_parser()``); ``--help`` then lists ``--config``.
         recipe (`str`): the recipe's name (``"synthesize"``, ``"sdlp"``, ``"grpo"``, ``"sft"``), for the
             offline configuration the message names.
+        exit_on_error (`bool`, defaults to `True`): print the line and exit (a recipe script); `False` raises
+            it as a `ValueError` instead, for a caller that reports user errors itself (``icw train``, whose
+            ``icw.cli.main`` prints it and returns 2).
 
     Example:
         >>> from icw.recipe_runner import recipe_errors
@@ -143,5 +146,7 @@ def recipe_errors(parser: Any, recipe: str) -> Iterator[Any]:
             message = str(err) or type(err).__name__  # as the icw command prints them
         else:
             raise
+        if not exit_on_error:
+            raise ValueError(message) from None
         print(f"icw: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -33,8 +33,9 @@ def _run(args: argparse.Namespace) -> None:
     module = importlib.import_module(RECIPES[args.train_command][0])
     parser = module.make_parser(prog=f"icw train {args.train_command}")
     # as the recipe scripts: a Hub that cannot be reached (offline, no network) and the errors a user can
-    # fix (TrlParser's ValueError for unknown keys and bad values) end in one line naming what to do, status 2
-    with recipe_errors(parser, args.train_command):
+    # fix (TrlParser's ValueError for unknown keys and bad values) end in one line naming what to do, status 2,
+    # printed by icw.cli.main
+    with recipe_errors(parser, args.train_command, exit_on_error=False):
         module.main(*parser.parse_args_and_config(args.options))
 
 
