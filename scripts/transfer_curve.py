@@ -210,7 +210,7 @@ def plot(out: Path, target: str) -> None:
             ax.axhline(0.5, color="grey", lw=0.8)
         ax.set_xlabel("training step")
         ax.set_title(title, fontsize=10)
-        if ax.has_data():
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(target, dpi=110)
