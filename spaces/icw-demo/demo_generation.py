@@ -97,8 +97,7 @@ def sampling_kwargs(temperature: float = DEFAULT_SAMPLING["temperature"], top_p:
                     greedy: bool = False) -> dict[str, Any]:
     if greedy:
         return {"do_sample": False, "no_repeat_ngram_size": NO_REPEAT_NGRAM_SIZE}
-    return {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p),
-            "no_repeat_ngram_size": NO_REPEAT_NGRAM_SIZE}
+    return {**sampling_kwargs(greedy=True), "do_sample": True, "temperature": float(temperature), "top_p": float(top_p)}
 
 
 def batch_rows(tok: Any, query: str, key: ICWKey, kgw: bool) -> tuple[list[str], list[str]]:
