@@ -89,6 +89,10 @@ SIZES = {
                  dose_deltas=[3.0], dose_lengths=[24], num_dose=6, probe_rows=4, pool_size=200, epochs=1, batch=2,
                  grpo_steps=1, grpo_generations=2, grpo_prompts=1, grpo_tokens=16, min_completion_tokens=4,
                  gen_batch=6, heldout_template=True),
+    # learning curves on one GPU (scripts/transfer_curve.py --size curve): the H100 miniature's 800 + 200
+    # rows of D_cs (256 tokens here), the table's held-out evaluation (300 + 300 answers of 384 tokens)
+    "curve": Size(families=["wip", "sa"], num_h1=800, num_h0=200, dose_deltas=[1.5, 3.0], dose_lengths=[192, 384],
+                  gen_batch=200, heldout_template=False),
     # the CPU probe experiment (WIP, 160 + 40 rows of 112 tokens, LoRA r 16, 60 steps of batch 4,
     # lr 2e-4, probe on 32 held-out rows); use with --variants base,sdlp,sdlp-relabel[,sdlp-mixed]
     "probe": Size(families=["wip"], num_h1=160, num_h0=40, train_tokens=112, eval_tokens=192, num_eval=60,
@@ -285,14 +289,14 @@ class Run:
             gen = {"max_new_tokens": s.eval_tokens, "batch_size": s.gen_batch, "return_token_ids": True}
             pos, pos_ids = generate_responses(model, tok, queries, keys, "instruction", **gen)
             neg, _ = generate_responses(model, tok, queries, None, "plain", seed=1, **gen)
-            res_pos = verify(pos, keys, tok, num_null_keys=1)
+            res_pos = verify(pos, keys, tok)  # full p-values for the verdict (SA's Monte Carlo needs its null secrets)
             zp = [r.z_score for r in res_pos]
             zn = [r.z_score for r in verify(neg, keys, tok, num_null_keys=1)]
             others = [ICWKey.create(family, 500_000 + i, tok if family != "sa" else None,
                                     **({"pool_size": s.pool_size} if family == "tsp" else {})) for i in range(len(keys))]
             zo = [r.z_score for r in verify(pos, others, tok, num_null_keys=1)]
             rep = detection_report(zp, zn, num_bootstrap=1000)
-            ppl = [p for p in perplexities(base, tok, queries, pos) if np.isfinite(p)]
+            ppl = [p for p in perplexities(base, tok, queries, pos) if p is not None and np.isfinite(p)]
             row = {"variant": variant, "family": family, **{k: v for k, v in rep.to_dict().items()},
                    "verdict_rate": float(np.mean([r.p_value <= 0.01 for r in res_pos])),
                    "p_value_method": res_pos[0].p_value_method, "mean_z_instructed": float(np.mean(zp)),

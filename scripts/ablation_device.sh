@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# Run scripts/ablation.py --size gpu on a fresh one-GPU machine with no network (the project's H100
-# device), where torch/transformers/accelerate/peft exist but trl, datasets and gguf may not, and where
-# at most 64 MiB travel per call. SmolLM2's GGUF (94 MB) is therefore carried in two halves.
+# Run the GPU training experiments on a fresh one-GPU machine with no network (the project's H100 device),
+# where torch/transformers/accelerate/peft exist but trl, datasets and gguf may not, and where at most
+# 64 MiB travel per call. SmolLM2's GGUF (94 MB) is therefore carried in two halves.
 #
 #   here:     scripts/ablation_device.sh prepare      # .whl/ (5 wheels) and .gl/smollm2.gguf.part-aa/-ab
-#   device 1: scripts/ablation_device.sh stage        # carry [".whl", ".gl/smollm2.gguf.part-aa"]
-#   device 2: scripts/ablation_device.sh run          # carry [".whl", ".gl/smollm2.gguf.part-ab"]; ~9 min
-#   device 3: scripts/ablation_device.sh run          # carry [".whl"]; resumes (cells are cached)
+#   device 1: scripts/ablation_device.sh stage        # carry [".whl", ".gl/smollm2.gguf.part-aa"]; ~1 min:
+#                                                     # stages the first half, then a tiny-model check on the GPU
+#   device 2: scripts/ablation_device.sh curve        # carry [".whl", ".gl/smollm2.gguf.part-ab"]; CURVE_SECONDS
+#                                                     # (default 540): WIP and SA learning curves side by side
+#   or        scripts/ablation_device.sh run          # the same carry; the ablation table (resumable, ~25 min)
 #
 # Each device call must follow the previous one within the machine's warm window (30 s), or the
-# staged half and the cached cells are lost with the machine. Copy runs/ablation/ablation.{md,json}
-# back through $OUT (the run step does it).
+# staged half and the cached cells are lost with the machine. Results come back through $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=runs/device-stage
+setup() {  # the carried wheels, and SmolLM2 converted once both halves have arrived
+  python3 -c "import trl, datasets, gguf" 2>/dev/null ||
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD/src ICW_CACHE=$PWD/runs/device-cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+  if [ ! -f "$ICW_CACHE/smollm2-135m-instruct/config.json" ] && [ -f .gl/smollm2.gguf.part-ab ]; then
+    cat "$STAGE"/smollm2.gguf.part-aa .gl/smollm2.gguf.part-ab > "$STAGE"/smollm2.gguf
+    python3 -c "from pathlib import Path; from icw.models import _convert_gguf, cache_dir; \
+_convert_gguf(Path('$STAGE/smollm2.gguf'), cache_dir() / 'smollm2-135m-instruct')"
+  fi
+}
+
 case "${1:-}" in
   prepare)
     git check-ignore -q .whl/x && git check-ignore -q .gl/x || printf "/.whl/\n/.gl/\n" >> "$(git rev-parse --git-path info/exclude)"
@@ -29,21 +41,57 @@ case "${1:-}" in
   stage)
     mkdir -p "$STAGE" && cp .gl/smollm2.gguf.part-aa "$STAGE"/ && ls -la "$STAGE"
     python3 -m pip show torch transformers accelerate peft pyarrow fsspec huggingface_hub 2>/dev/null | grep -E "^(Name|Version)"
-    nvidia-smi --query-gpu=name,memory.total --format=csv
+    nvidia-smi --query-gpu=name,memory.total --format=csv || true
+    setup
+    # the curve pipeline end to end on the GPU with the tiny random model (numbers meaningless): a broken
+    # package or CUDA path shows here, before the long call
+    for family in wip sa; do
+      python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --model tiny --size tiny --family "$family" --out "runs/smoke-$family" \
+        --tag smoke --lora_r 0 --lr 5e-5 --steps 100000 --every 20 --batch 2 --relabel_copies 2 --num_eval 6 \
+        --eval_tokens 16 --gen_batch 6 --train_seconds 20 > "runs/smoke-$family.log" 2>&1 &
+    done
+    status=0; for job in $(jobs -p); do wait "$job" || status=1; done
+    grep -h -E "^transfer_curve: (step|training)|Error|Traceback" runs/smoke-*.log | cut -c1-240
+    exit $status
+    ;;
+  curve)
+    start=$(date +%s); total=${CURVE_SECONDS:-540}
+    setup
+    # data for both families side by side, then each family's training (until 150 s before the end) beside
+    # the base model's evaluation; the trainer's process then evaluates its checkpoints
+    for family in wip sa; do
+      python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --size curve ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
+        --data_only > "runs/data-$family.log" 2>&1 &
+    done
+    for job in $(jobs -p); do wait "$job" || { tail -n 30 runs/data-*.log; exit 1; }; done
+    echo "data built at +$(( $(date +%s) - start )) s"
+    train=$(( start + total - 150 - $(date +%s) ))
+    common=(--device "${DEVICE:-cuda}" --size curve --lora_r 0 --lr 5e-5 --batch 16 --steps 100000 --every 100 --num_eval 300
+            --eval_tokens 384 --gen_batch 300 ${CURVE_EXTRA:-})
+    python3 scripts/transfer_curve.py "${common[@]}" --family wip --out runs/gpu-wip --tag wip-full-c4 --relabel_copies 4 \
+      --train_seconds "$train" --auc_at 0,-1 > runs/train-wip.log 2>&1 &
+    python3 scripts/transfer_curve.py "${common[@]}" --family sa --out runs/gpu-sa --tag sa-full-orig --relabel_copies 0 \
+      --train_seconds "$train" --auc_at 0,-1 > runs/train-sa.log 2>&1 &
+    for family in wip sa; do
+      python3 scripts/transfer_curve.py "${common[@]}" --family "$family" --out "runs/gpu-$family" --no_train \
+        --tag "$( [ $family = wip ] && echo wip-full-c4 || echo sa-full-orig)" --auc_at 0 > "runs/base-$family.log" 2>&1 &
+    done
+    while [ -n "$(jobs -rp)" ] && [ "$(date +%s)" -lt $(( start + total - 20 )) ]; do sleep 5; done
+    jobs -rp | xargs -r kill 2>/dev/null || true
+    echo "wall seconds this call: $(( $(date +%s) - start ))"
+    grep -h -E "^transfer_curve: (step|training)|Error|Traceback" runs/*.log | cut -c1-300 || true
+    if [ -n "${OUT:-}" ]; then
+      tar czf "$OUT"/curves.tgz runs/*.log runs/gpu-*/curves runs/gpu-*/cells runs/gpu-*/dcs/stats.json \
+        runs/gpu-*/models/*/command.txt $(ls -d runs/gpu-*/models/*/checkpoint-*/trainer_state.json 2>/dev/null)
+    fi
     ;;
   run)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:$PWD/src ICW_CACHE=$PWD/runs/device-cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-    if [ ! -f "$ICW_CACHE/smollm2-135m-instruct/config.json" ]; then
-      cat "$STAGE"/smollm2.gguf.part-aa .gl/smollm2.gguf.part-ab > "$STAGE"/smollm2.gguf
-      python3 -c "from pathlib import Path; from icw.models import _convert_gguf, cache_dir; \
-_convert_gguf(Path('$STAGE/smollm2.gguf'), cache_dir() / 'smollm2-135m-instruct')"
-    fi
+    setup
     start=$(date +%s)
     python3 scripts/ablation.py --size gpu --device cuda --out runs/ablation --stop_after "${STOP_AFTER:-480}" || true
     echo "wall seconds this call: $(( $(date +%s) - start ))"
     if [ -n "${OUT:-}" ]; then cp runs/ablation/ablation.* "$OUT"/ 2>/dev/null || true; \
       tar czf "$OUT"/cells.tgz -C runs/ablation cells; fi
     ;;
-  *) echo "usage: $0 prepare|stage|run" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|stage|curve|run" >&2; exit 2 ;;
 esac

@@ -17,6 +17,9 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy); ``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
+``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
+time-limited device command; rerunning resumes); ``--device cuda`` trains and evaluates on the GPU
+(bf16 autocast for training).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -36,20 +40,39 @@ import ablation  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _recipe(cmd: list[str], out: Path) -> None:
-    """A recipe in a subprocess, as a user runs it (it resumes from the newest checkpoint of ``out``)."""
+def _recipe(cmd: list[str], out: Path, seconds: float = 0) -> None:
+    """A recipe in a subprocess, as a user runs it (it resumes from the newest checkpoint of ``out``).
+
+    With ``seconds`` > 0 the recipe is interrupted after that long; what it saved stays (a rerun resumes).
+    """
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     print("transfer_curve: " + " ".join(cmd), flush=True)
-    subprocess.run([sys.executable, *cmd], cwd=ROOT, env=env, check=True)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(" ".join(cmd) + "\n")
+    # a background job of a script starts with SIGINT ignored, and Python then installs no KeyboardInterrupt
+    # handler: restore the default so that the interruption below stops the Trainer
+    with subprocess.Popen([sys.executable, *cmd], cwd=ROOT, env=env,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as proc:
+        try:
+            code = proc.wait(timeout=seconds or None)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # the Trainer stops like a Ctrl-C: finished checkpoints stay
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            print(f"transfer_curve: training stopped after --train_seconds {seconds:g}; rerun to resume", flush=True)
+            return
+    if code:
+        raise SystemExit(f"transfer_curve: the recipe failed (exit {code}): {' '.join(cmd)}")
 
 
 def train(args: argparse.Namespace, data: str, out: Path) -> None:
     """SDLP with relabelled keys through ``recipes/sdlp.py``, a checkpoint every ``--every`` steps."""
     cmd = ["recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
-           "--model_name_or_path", "smollm2", "--dataset_name", data, "--families", args.family,
-           "--output_dir", str(out), "--report_to", "none", "--seed", "0", "--use_cpu", "true", "--bf16", "false",
+           "--model_name_or_path", args.base_path, "--dataset_name", data, "--families", args.family,
+           "--output_dir", str(out), "--report_to", "none", "--seed", "0", *device_flags(args),
            "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
            "--learning_rate", str(args.lr), "--max_steps", str(args.steps), "--lr_scheduler_type", "constant",
            "--per_device_train_batch_size", str(args.batch), "--max_response_length", str(args.train_tokens + 1),
@@ -58,7 +81,13 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
         cmd += ["--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
     if args.lora_r:
         cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r)]
-    _recipe(cmd, out)
+    _recipe(cmd, out, args.train_seconds)
+
+
+def device_flags(args: argparse.Namespace) -> list[str]:
+    """Trainer flags for ``--device``: fp32 on CPU (bf16 is emulated on most CPUs), bf16 autocast on a GPU."""
+    on_cpu = str(args.device == "cpu").lower()
+    return ["--use_cpu", on_cpu, "--bf16", "false" if on_cpu == "true" else "true"]
 
 
 def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> None:
@@ -70,7 +99,7 @@ def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> N
              "--per_device_train_batch_size", str(args.generations), "--max_completion_length",
              str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
              "--learning_rate", str(args.lr), "--lora_r", str(args.lora_r or 16), "--gradient_checkpointing", "false",
-             "--lora_alpha", str(2 * (args.lora_r or 16))], out)
+             "--lora_alpha", str(2 * (args.lora_r or 16)), *device_flags(args)], out, args.train_seconds)
 
 
 def merged(tag_dir: Path, base: Any, tok: Any) -> Path:
@@ -99,15 +128,16 @@ def load_checkpoint(path: Path, base: Any) -> Any:
 
         # GRPO's adapters sit on a merged SDLP model, SDLP's on the base
         start = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
-        model = AutoModelForCausalLM.from_pretrained(start) if (Path(start) / "config.json").exists() \
+        model = AutoModelForCausalLM.from_pretrained(start).to(base.device) if (Path(start) / "config.json").exists() \
             else copy.deepcopy(base)
         return PeftModel.from_pretrained(model, str(path)).merge_and_unload().eval()
 
-    return AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    return AutoModelForCausalLM.from_pretrained(str(path)).to(base.device).eval()
 
 
-def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None) -> dict:
-    """Probe (WIP/TSP) and, at the ``--auc_at`` steps, held-out detection of one checkpoint; cached."""
+def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None,
+             last: int = -1) -> dict:
+    """Probe (WIP/TSP) and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint; cached."""
     cell = tag_dir / f"step-{step}.json"
     if cell.exists():
         return json.loads(cell.read_text())
@@ -123,32 +153,50 @@ def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: i
         probe = key_swap_probe(model, tok, rows, base_model=base, max_response_tokens=args.train_tokens,
                                other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i) for i, r in enumerate(rows)])
         row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
-    if step in args.auc_at or (step == args.steps and -1 in args.auc_at):
-        row["detection"] = heldout_detection(run, model, tok, args)
+    if step in args.auc_at or (step == last and -1 in args.auc_at):
+        row["detection"] = heldout_detection(run, model, tok, args, tag_dir / f"answers-step-{step}.jsonl")
     row["seconds"] = round(time.time() - t0, 1)
     cell.write_text(json.dumps(row))
     print(f"transfer_curve: step {step}: " + json.dumps(row), flush=True)
     return row
 
 
-def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Namespace) -> dict:
+def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Namespace, answers: Path) -> dict:
+    """Instructed vs plain answers on held-out questions and keys: AUC and TPR@1%FPR, the verdict rate and the
+    false-positive rate at alpha = 0.01, answer length and PPL under the base model; the answers go to ``answers``."""
     import numpy as np
 
     from icw.detection import detection_report
     from icw.generation import generate_responses
+    from icw.perplexity import perplexities
     from icw.verification import verify
 
     queries, keys = run.eval_items(args.family, args.num_eval)
-    gen = {"max_new_tokens": args.eval_tokens, "batch_size": 30}
-    pos = generate_responses(model, tok, queries, keys, "instruction", **gen)
-    neg = generate_responses(model, tok, queries, None, "plain", seed=1, **gen)
-    res = verify(pos, keys, tok, num_null_keys=1)
-    zp, zn = [r.z_score for r in res], [r.z_score for r in verify(neg, keys, tok, num_null_keys=1)]
+    gen = {"max_new_tokens": args.eval_tokens, "batch_size": args.gen_batch, "return_token_ids": True}
+    pos, pos_ids = generate_responses(model, tok, queries, keys, "instruction", **gen)
+    neg, neg_ids = generate_responses(model, tok, queries, None, "plain", seed=1, **gen)
+    # full p-values: SA's come from Monte Carlo over null secrets, and num_null_keys=1 would make every p >= 1/2
+    res, res_neg = verify(pos, keys, tok), verify(neg, keys, tok)
+    zp, zn = [r.z_score for r in res], [r.z_score for r in res_neg]
     rep = detection_report(zp, zn, num_bootstrap=1000)
+    base, _ = run.base()
+    batch = 4 if args.device == "cpu" else 32
+    ppl = {side: [p for p in perplexities(base, tok, queries, texts, batch_size=batch) if p is not None and np.isfinite(p)]
+           for side, texts in (("instructed", pos), ("plain", neg))}
+    with answers.open("w") as f:
+        for q, k, a, b, r, rn in zip(queries, keys, pos, neg, res, res_neg, strict=True):
+            f.write(json.dumps({"query": q, "key": k.to_string(), "instructed": a, "plain": b, "z_instructed": r.z_score,
+                                "p_instructed": r.p_value, "z_plain": rn.z_score, "p_plain": rn.p_value}) + "\n")
     return {"roc_auc": rep.roc_auc, "roc_auc_ci": list(rep.roc_auc_ci), "tpr_at_fpr": rep.tpr_at_fpr,
             "tpr_at_fpr_ci": list(rep.tpr_at_fpr_ci), "num_positive": len(zp), "num_negative": len(zn),
             "mean_z_instructed": float(np.mean(zp)), "mean_z_plain": float(np.mean(zn)),
-            "verdict_rate": float(np.mean([r.p_value <= 0.01 for r in res]))}
+            "verdict_rate": float(np.mean([r.p_value <= 0.01 for r in res])),
+            "false_positive_rate": float(np.mean([r.p_value <= 0.01 for r in res_neg])),
+            "p_value_method": res[0].p_value_method,
+            "mean_length_instructed": float(np.mean([len(i) for i in pos_ids])),
+            "mean_length_plain": float(np.mean([len(i) for i in neg_ids])),
+            "median_ppl_instructed": float(np.median(ppl["instructed"])) if ppl["instructed"] else float("nan"),
+            "median_ppl_plain": float(np.median(ppl["plain"])) if ppl["plain"] else float("nan")}
 
 
 def training_log(model_dir: Path) -> list[dict]:
@@ -169,8 +217,9 @@ def plot(out: Path, target: str) -> None:
 
     tags = sorted(p for p in (out / "curves").iterdir() if p.is_dir())
     fig, axes = plt.subplots(1, 4, figsize=(20, 4))
-    lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR | verdict@0.01 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR | verdict@0.01 "
+             "| FPR@0.01 | median PPL instructed / plain | mean length instructed / plain |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for tag in tags:
         cells = sorted((json.loads(p.read_text()) for p in tag.glob("step-*.json")), key=lambda c: c["step"])
         if not cells:
@@ -199,7 +248,12 @@ def plot(out: Path, target: str) -> None:
             tpr = (f"{det['tpr_at_fpr']:.3f} ({det['tpr_at_fpr_ci'][0]:.2f}-{det['tpr_at_fpr_ci'][1]:.2f})"
                    if det and det["num_negative"] >= 100 else ("n/e" if det else ""))
             verdict = f"{det['verdict_rate']:.3f}" if det else ""
-            lines.append(f"| {tag.name} | {c['step']} | {probe} | {auc} | {tpr} | {verdict} |")
+            fpr = f"{det['false_positive_rate']:.3f}" if det and "false_positive_rate" in det else ""
+            ppl = (f"{det['median_ppl_instructed']:.2f} / {det['median_ppl_plain']:.2f}"
+                   if det and "median_ppl_plain" in det else "")
+            length = (f"{det['mean_length_instructed']:.0f} / {det['mean_length_plain']:.0f}"
+                      if det and "mean_length_plain" in det else "")
+            lines.append(f"| {tag.name} | {c['step']} | {probe} | {auc} | {tpr} | {verdict} | {fpr} | {ppl} | {length} |")
     titles = ("B: prompt K', scored on K' (reads the instruction)", "A: prompt K, scored on K",
               "held-out ROC-AUC, instructed vs plain (95% CI)", "training loss (SDLP) / mean reward z (GRPO)")
     for i, (ax, title) in enumerate(zip(axes, titles, strict=True)):
@@ -234,11 +288,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
     parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
     parser.add_argument("--eval_tokens", type=int, default=160)
+    parser.add_argument("--gen_batch", type=int, default=30, help="answers per generate() call in held-out detection")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a local folder, or 'tiny' (a pipeline check)")
+    parser.add_argument("--train_seconds", type=float, default=0,
+                        help="stop training after this many seconds and evaluate what was saved (0: no limit)")
     parser.add_argument("--grpo_from", help="a finished SDLP tag: run GRPO from its newest checkpoint instead")
     parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (one prompt a step)")
     parser.add_argument("--completion_tokens", type=int, default=120, help="GRPO completion length")
     parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
     parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
+    parser.add_argument("--data_only", action="store_true", help="only build D_cs and the probe rows, then stop")
     args = parser.parse_args(argv)
     args.auc_at = {int(s) for s in args.auc_at.split(",") if s.strip()}
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -246,11 +306,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.plot:
         plot(out, args.plot)
         return
-    run = ablation.Run(argparse.Namespace(size=args.size, device="cpu", model="smollm2", out=str(out), stop_after=0,
-                                          variants=["base"], families=args.family, relabel_copies=args.relabel_copies))
-    args.train_tokens = run.size.train_tokens
+    run = ablation.Run(argparse.Namespace(size=args.size, device=args.device, model=args.model, out=str(out),
+                                          stop_after=0, variants=["base"], families=args.family,
+                                          relabel_copies=args.relabel_copies))
+    args.train_tokens, args.base_path = run.size.train_tokens, run.base_path
     data = run.dcs()
+    built = {row["family"] for row in json.loads((Path(data) / "stats.json").read_text())}
+    if args.family not in built:
+        raise SystemExit(f"transfer_curve: {data} holds D_cs of {sorted(built)}, not {args.family}: "
+                         "give each family its own --out")
     run.dose()
+    if args.data_only:
+        return
     model_dir = out / "models" / args.tag
     tag_dir = out / "curves" / args.tag
     tag_dir.mkdir(parents=True, exist_ok=True)
@@ -262,10 +329,12 @@ def main(argv: list[str] | None = None) -> None:
         train_grpo(args, data, merged(out / "models" / args.grpo_from, *run.base()), model_dir)
     else:
         train(args, data, model_dir)
+    saved = checkpoints(model_dir)
+    last = max(saved, default=0)
     if not args.grpo_from:  # GRPO's step 0 is the SDLP run's last step, probed there
-        evaluate(run, args, tag_dir, 0, None)
-    for step, path in sorted(checkpoints(model_dir).items()):
-        evaluate(run, args, tag_dir, step, path)
+        evaluate(run, args, tag_dir, 0, None, last)
+    for step, path in sorted(saved.items()):
+        evaluate(run, args, tag_dir, step, path, last)
 
 
 if __name__ == "__main__":

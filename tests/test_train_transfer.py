@@ -264,10 +264,12 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
     sa.mkdir()
     for step, auc in ((0, 0.49), (200, 0.71)):
         det = {"roc_auc": auc, "roc_auc_ci": [auc - 0.1, auc + 0.1], "tpr_at_fpr": 0.2, "tpr_at_fpr_ci": [0.1, 0.3],
-               "num_negative": 100, "verdict_rate": 0.25}
+               "num_negative": 100, "verdict_rate": 0.25, "false_positive_rate": 0.01, "median_ppl_instructed": 3.5,
+               "median_ppl_plain": 2.75, "mean_length_instructed": 300.4, "mean_length_plain": 250}
         (sa / f"step-{step}.json").write_text(json.dumps({"step": step, "detection": det}))
     curve.plot(tmp_path, str(tmp_path / "curves.png"))
     table = capsys.readouterr().out
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert "| wip-r16-c8 | 100 | +0.050 ± 0.010 | +0.020 ± 0.010 |" in table
-    assert "| sa-r16 | 200 | n/a | n/a | n/a | n/a | 0.710 (0.61-0.81) | 0.200 (0.10-0.30) | 0.250 |" in table
+    assert ("| sa-r16 | 200 | n/a | n/a | n/a | n/a | 0.710 (0.61-0.81) | 0.200 (0.10-0.30) | 0.250 | 0.010 "
+            "| 3.50 / 2.75 | 300 / 250 |") in table
