@@ -101,6 +101,12 @@ SIZES = {
 }
 
 
+def device_flags(device: str) -> list[str]:
+    """Trainer flags for a device: fp32 on CPU (bf16 is emulated on most CPUs), bf16 autocast on a GPU."""
+    on_gpu = device != "cpu"
+    return ["--use_cpu", str(not on_gpu).lower(), "--bf16", str(on_gpu).lower()]
+
+
 class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.size = args, SIZES[args.size]
@@ -237,7 +243,7 @@ class Run:
                       "--output_dir", str(out), "--use_peft", "true", "--lora_r", str(s.lora_r),
                       "--lora_alpha", str(2 * s.lora_r), "--report_to", "none",
                       "--save_strategy", "no", "--logging_steps", "5", "--seed", "0",
-                      "--use_cpu", str(self.args.device == "cpu").lower(), "--bf16", str(self.args.device != "cpu").lower()]
+                      *device_flags(self.args.device)]
             if variant == "sft":
                 cmd = ["recipes/sft.py", "--config", "recipes/configs/smollm2-135m/sft.yaml", *common,
                        "--learning_rate", str(s.lr), "--num_train_epochs", str(s.epochs),

@@ -72,7 +72,7 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
     """SDLP with relabelled keys through ``recipes/sdlp.py``, a checkpoint every ``--every`` steps."""
     cmd = ["recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
            "--model_name_or_path", args.base_path, "--dataset_name", data, "--families", args.family,
-           "--output_dir", str(out), "--report_to", "none", "--seed", "0", *device_flags(args),
+           "--output_dir", str(out), "--report_to", "none", "--seed", "0", *ablation.device_flags(args.device),
            "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
            "--learning_rate", str(args.lr), "--max_steps", str(args.steps), "--lr_scheduler_type", "constant",
            "--per_device_train_batch_size", str(args.batch), "--max_response_length", str(args.train_tokens + 1),
@@ -84,12 +84,6 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
     _recipe(cmd, out, args.train_seconds)
 
 
-def device_flags(args: argparse.Namespace) -> list[str]:
-    """Trainer flags for ``--device``: fp32 on CPU (bf16 is emulated on most CPUs), bf16 autocast on a GPU."""
-    on_cpu = str(args.device == "cpu").lower()
-    return ["--use_cpu", on_cpu, "--bf16", "false" if on_cpu == "true" else "true"]
-
-
 def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> None:
     """GRPO (trl ``loss_type="grpo"``, the verifier's z as reward, LoRA) from the merged model ``start``."""
     _recipe(["recipes/grpo.py", "--config", "recipes/configs/smollm2-135m/grpo.yaml", "--model_name_or_path",
@@ -99,7 +93,7 @@ def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> N
              "--per_device_train_batch_size", str(args.generations), "--max_completion_length",
              str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
              "--learning_rate", str(args.lr), "--lora_r", str(args.lora_r or 16), "--gradient_checkpointing", "false",
-             "--lora_alpha", str(2 * (args.lora_r or 16)), *device_flags(args)], out, args.train_seconds)
+             "--lora_alpha", str(2 * (args.lora_r or 16)), *ablation.device_flags(args.device)], out, args.train_seconds)
 
 
 def merged(tag_dir: Path, base: Any, tok: Any) -> Path:

@@ -107,6 +107,10 @@ def test_run_instruction_mode_scores_every_item_and_report_follows_schema(tmp_pa
     assert aucs == pytest.approx({"tsp": fam["roc_auc"], "sa": saved["families"]["sa"]["roc_auc"]}, abs=1e-4)  # card rounds
     md = (tmp_path / "run" / "report.md").read_text()
     assert "TSP AUC" in md and "SA TPR@1%FPR" in md and "WIP AUC" not in md
+    from icw.bench.report import markdown
+
+    # base_model is any model it was trained from (full fine-tuning too), not necessarily an adapter's base
+    assert markdown({**saved, "base_model": "smollm2"}).startswith(f"# ICWBench: {saved['model']} (trained from smollm2)")
     for name in ("roc_tsp.png", "z_hist_tsp.png", "roc_sa.png", "z_hist_sa.png"):
         assert (tmp_path / "run" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

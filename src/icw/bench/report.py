@@ -256,7 +256,7 @@ def markdown(result: dict[str, Any]) -> str:
     """
     fams = [f for f in FAMILIES if f in result["families"]]
     F = result["families"]
-    name = result["model"] + (f" (adapter on {result['base_model']})" if result.get("base_model") else "")
+    name = result["model"] + (f" (trained from {result['base_model']})" if result.get("base_model") else "")
     lines = [f"# ICWBench: {name}", "",
              f"Dataset `{result.get('dataset')}`, mode `{result.get('mode')}`, "
              f"max new tokens {result.get('max_new_tokens')}.", ""]
