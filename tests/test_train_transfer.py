@@ -273,3 +273,27 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
     assert "| wip-r16-c8 | 100 | +0.050 ± 0.010 | +0.020 ± 0.010 |" in table
     assert ("| sa-r16 | 200 | n/a | n/a | n/a | n/a | 0.710 (0.61-0.81) | 0.200 (0.10-0.30) | 0.250 | 0.010 "
             "| 3.50 / 2.75 | 300 / 250 |") in table
+
+
+def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job(tmp_path, capsys):
+    """``--train_seconds`` ends the recipe with SIGINT (the Trainer keeps its finished checkpoints), also when the
+    script runs as a shell's background job, which starts with SIGINT ignored (a device run stopped 60 s late)."""
+    import importlib.util
+    import signal
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
+    spec = importlib.util.spec_from_file_location("transfer_curve", path)
+    curve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(curve)
+    marker = tmp_path / "interrupted"
+    # a "recipe" that never ends by itself and records a KeyboardInterrupt
+    child = ["-c", "import pathlib, time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+                   f"    pathlib.Path({str(marker)!r}).write_text('KeyboardInterrupt')\n"]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a background job inherits
+    try:
+        curve._recipe(child, tmp_path / "run", seconds=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert marker.read_text() == "KeyboardInterrupt"
+    assert "training stopped after --train_seconds 1" in capsys.readouterr().out
+    assert (tmp_path / "run" / "command.txt").exists()
