@@ -13,6 +13,8 @@
 #
 # Each device call must follow the previous one within the machine's warm window (30 s), or the
 # staged half and the cached cells are lost with the machine. Results come back through $OUT.
+# A dry run of stage/curve on CPU with the tiny model (pipeline only): DEVICE=cpu and
+# CURVE_EXTRA="--model tiny --size tiny --num_eval 6 --eval_tokens 16 --gen_batch 6 --batch 2".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=runs/device-stage
