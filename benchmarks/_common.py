@@ -15,6 +15,7 @@ test under the null hypothesis.
 
 from __future__ import annotations
 
+import argparse
 import bz2
 import importlib.util
 import os
@@ -127,6 +128,33 @@ def human_passages() -> tuple[tuple[str, str], ...]:
     out += [("lee", t) for t in _lines(data / "lee.cor")]
     out += [("wikipedia", t) for t in wikipedia_paragraphs()]
     return tuple(out)
+
+
+def human_texts(num_texts: int) -> list[str]:
+    """The human passages repeated (in order) to exactly ``num_texts`` texts: a corpus of any size under the null."""
+    passages = [text for _, text in human_passages()]
+    return (passages * (num_texts // len(passages) + 1))[:num_texts]
+
+
+def corpus_parser(description: str, num_texts: int, families: list[str], quick_family: str) -> argparse.ArgumentParser:
+    """The options of the corpus benchmarks; ``--quick`` is set to 200 texts of ``quick_family``, 1 repeat
+    (call :func:`apply_quick` after parsing)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--num-texts", type=int, default=num_texts)
+    parser.add_argument("--families", nargs="+", default=families, choices=("tsp", "wip", "sa"))
+    parser.add_argument("--tokenizer", default="qwen3")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_const", const=quick_family,
+                        help=f"200 texts, {quick_family.upper()} only, 1 repeat")
+    return parser
+
+
+def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
+    """``--quick``: 200 texts of one family, 1 repeat."""
+    if args.quick:
+        args.num_texts, args.families, args.repeats = 200, [args.quick], 1
+    return args
 
 
 def texts_of_tokens(tokenizer: Any, num_texts: int, num_tokens: int = 600) -> list[str]:

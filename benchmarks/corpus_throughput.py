@@ -12,7 +12,6 @@ tokenizer once) is included, as a user would see it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -23,20 +22,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import human_passages, markdown_table, median_time  # noqa: E402
+from _common import apply_quick, corpus_parser, human_texts, markdown_table, median_time  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-texts", type=int, default=4000)
-    parser.add_argument("--families", nargs="+", default=["tsp", "wip", "sa"], choices=("tsp", "wip", "sa"))
-    parser.add_argument("--tokenizer", default="qwen3")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="200 texts, WIP only, 1 repeat")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.num_texts, args.families, args.repeats = 200, ["wip"], 1
+    args = apply_quick(corpus_parser(__doc__.split("\n\n")[0], 4000, ["tsp", "wip", "sa"], "wip").parse_args(argv))
 
     import datasets
 
@@ -44,8 +34,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from icw.keys import ICWKey
     from icw.models import load_tokenizer
 
-    passages = [text for _, text in human_passages()]
-    texts = (passages * (args.num_texts // len(passages) + 1))[: args.num_texts]
+    texts = human_texts(args.num_texts)
     tok = load_tokenizer(args.tokenizer)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

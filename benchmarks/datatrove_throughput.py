@@ -20,7 +20,6 @@ it is paid: ``texts / (seconds - start-up seconds)``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -32,7 +31,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import human_passages, markdown_table, median_time  # noqa: E402
+from _common import apply_quick, corpus_parser, human_texts, markdown_table, median_time  # noqa: E402
 
 SHARDS = 4
 PATHS = {("verify", 1): "icw.verify, one call", ("detect_dataset", 1): "detect_dataset, 1 process",
@@ -77,16 +76,7 @@ def run_datatrove(corpus: Path, work: Path, key: str, tasks: int, batch_size: in
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-texts", type=int, default=10000)
-    parser.add_argument("--families", nargs="+", default=["wip", "sa"], choices=("tsp", "wip", "sa"))
-    parser.add_argument("--tokenizer", default="qwen3")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="200 texts, SA only, 1 repeat")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.num_texts, args.families, args.repeats = 200, ["sa"], 1
+    args = apply_quick(corpus_parser(__doc__.split("\n\n")[0], 10000, ["wip", "sa"], "sa").parse_args(argv))
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -96,8 +86,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from icw.keys import ICWKey
     from icw.models import load_tokenizer
 
-    passages = [text for _, text in human_passages()]
-    texts = (passages * (args.num_texts // len(passages) + 1))[: args.num_texts]
+    texts = human_texts(args.num_texts)
     tok = load_tokenizer(args.tokenizer)
 
     def write(folder: Path, docs: list[str]) -> Path:

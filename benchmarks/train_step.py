@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/train_step.py                        # SmolLM2-135M on CPU, LoRA r 16
     .venv/bin/python benchmarks/train_step.py --steps 5 --completion-tokens 120 --generations 4
+    .venv/bin/python benchmarks/train_step.py --sections floor,decode --compile   # rollout decode speed-ups
     .venv/bin/python benchmarks/train_step.py --quick                # a pipeline check (tiny random model)
 
 Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat template).
@@ -17,6 +18,9 @@ Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat temp
   LoRA) on one prompt with ``--generations`` completions forced to ``--completion-tokens`` tokens, the
   phases timed by wrapping the trainer's own methods: generation, reward, forward (policy log-probs),
   backward, optimizer; "other" is the rest of the step;
+* decode: the floor's ``generate`` beside a static KV cache, int8 dynamic quantization of a rollout copy
+  and (``--compile``) a static cache under ``torch.compile``, with each variant's KL from the fp32 policy (not in the
+  default sections: ``--sections decode``);
 * paraphrase: one request of the paraphrase attack (:class:`~icw.bench.attacks.EndpointAttack`) through
   :class:`~icw.bench.backends.ChatClient` to our OpenAI-compatible server on 127.0.0.1, beside
   ``generate`` of the same number of tokens at batch 1.
@@ -92,6 +96,15 @@ def wip_rows(tokenizer: Any, n: int, seed: int = 100) -> list[dict[str, Any]]:
              "query": QUERIES[i % len(QUERIES)], "label": 1} for i in range(n)]
 
 
+def _sample(model: Any, tokenizer: Any, ids: Any, tokens: int, **options: Any) -> Any:
+    """Sampled completions of exactly ``tokens`` new tokens (``min_new_tokens`` = ``max_new_tokens``)."""
+    import torch
+
+    with torch.no_grad():
+        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=tokens,
+                              min_new_tokens=tokens, pad_token_id=tokenizer.pad_token_id, **options)
+
+
 def floor(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, tokens: int, steps: int) -> dict:
     """``generate`` of ``generations`` sampled completions of exactly ``tokens`` tokens, and one forward of them."""
     import torch
@@ -100,9 +113,7 @@ def floor(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, t
     gen_times, fwd_times = [], []
     for _ in range(steps + 1):
         start = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                 max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=tokenizer.pad_token_id)
+        out = _sample(model, tokenizer, ids, tokens)
         gen_times.append(time.perf_counter() - start)
         start = time.perf_counter()
         with torch.no_grad():
@@ -110,6 +121,43 @@ def floor(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, t
         fwd_times.append(time.perf_counter() - start)
     return {"generate": statistics.median(gen_times[1:]), "forward": statistics.median(fwd_times[1:]),
             "shape": f"{generations} x ({len(prompt_ids)} + {tokens})"}
+
+
+def decode(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, tokens: int, steps: int,
+           compile: bool = False) -> list[dict]:
+    """The rollout's ``generate`` under the decode speed-ups a CPU offers, side by side: fp32 with the
+    dynamic KV cache (the floor), a static KV cache, int8 dynamic quantization of every ``nn.Linear`` (a
+    rollout copy; ``torch.ao.quantization.quantize_dynamic``) and, with ``compile`` (inductor needs a C++
+    compiler), a static cache with ``torch.compile`` (its first call, the compilation, reported apart). ``kl`` is the mean per-token KL(fp32 || variant) of
+    the next-token distributions along fp32 samples: how far the variant's sampler is from the policy's."""
+    import copy
+
+    import torch
+
+    ids = torch.tensor([prompt_ids] * generations)
+    int8 = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+    variants = [("fp32, dynamic KV cache (the floor)", model, {}),
+                ("fp32, static KV cache", model, {"cache_implementation": "static"}),
+                ("int8 dynamic quantization, dynamic KV cache", int8, {})]
+    if compile:
+        compiled = copy.deepcopy(model)
+        compiled.forward = torch.compile(compiled.forward, dynamic=False)
+        variants.append(("fp32, static KV cache + torch.compile", compiled, {"cache_implementation": "static"}))
+    reference = _sample(model, tokenizer, ids, tokens)
+    with torch.no_grad():
+        target = torch.log_softmax(model(reference).logits[:, len(prompt_ids) - 1 : -1].float(), -1)
+    out = []
+    for name, variant, options in variants:
+        times = []
+        for _ in range(steps + 1):
+            start = time.perf_counter()
+            _sample(variant, tokenizer, ids, tokens, **options)
+            times.append(time.perf_counter() - start)
+        with torch.no_grad():
+            got = torch.log_softmax(variant(reference).logits[:, len(prompt_ids) - 1 : -1].float(), -1)
+        kl = float((target.exp() * (target - got)).sum(-1).mean())
+        out.append({"variant": name, "generate": statistics.median(times[1:]), "first": times[0], "kl": kl})
+    return out
 
 
 def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dict[str, float], str]:
@@ -262,7 +310,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False,
                         help="GRPO with gradient checkpointing (trl turns it off around generation)")
-    parser.add_argument("--sections", default="floor,sdlp,grpo,paraphrase")
+    parser.add_argument("--sections", default="floor,sdlp,grpo,paraphrase",
+                        help="comma-separated: floor, sdlp, grpo, paraphrase, decode (rollout speed-ups)")
+    parser.add_argument("--compile", action="store_true", help="decode: add a static KV cache under torch.compile")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random model, one step, 16 tokens")
     args = parser.parse_args(argv)
     if args.quick:
@@ -301,6 +351,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows += [["GRPO", name, f"{grpo[name]:.2f}", shape if name == "total" else ""]
                  for name in ("generation", "reward", "forward (log-probs, no grad)", "forward (log-probs, grad)",
                               "backward", "optimizer", "other", "total") if name in grpo]
+    speedups = decode(model, tok, prompt, args.generations, args.completion_tokens, args.steps, args.compile) \
+        if "decode" in sections else None
+    for v in speedups or []:
+        rows.append(["decode", v["variant"], f"{v['generate']:.2f}",
+                     f"{v['generate'] / speedups[0]['generate']:.2f}x the floor; first call {v['first']:.1f} s; "
+                     f"KL {v['kl']:.2g} nats/token"])
     para = paraphrase(model, tok, args) if "paraphrase" in sections else None
     if para:
         rows += [["paraphrase", "one request through the local server", f"{para['paraphrase']:.2f}",
@@ -313,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
     if para:
         print(f"paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
-    return {"floor": base, "grpo": grpo, "paraphrase": para, "rows": rows}
+    return {"floor": base, "grpo": grpo, "paraphrase": para, "decode": speedups, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy); ``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
+``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
 ``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
 time-limited device command; rerunning resumes); ``--device cuda`` trains and evaluates on the GPU
 (bf16 autocast for training).
@@ -79,6 +80,8 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
            "--loss_chunk_size", "512"]
     if args.relabel_copies:
         cmd += ["--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
+    if args.curriculum:
+        cmd += ["--relabel_curriculum", *args.curriculum.split(",")]
     if args.lora_r:
         cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r)]
     _recipe(cmd, out, args.train_seconds)
@@ -279,6 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank; 0 trains all weights")
     parser.add_argument("--relabel_copies", type=int, default=8,
                         help="fresh keys per D_H1 answer; 0 trains each answer under the key it was written with")
+    parser.add_argument("--curriculum", help="pool sizes of a key curriculum, e.g. 1,8,0 (stages in order, 0: a key "
+                                             "per row; --relabel_copies copies per stage)")
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
     parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
     parser.add_argument("--eval_tokens", type=int, default=160)

@@ -111,6 +111,16 @@ def test_train_step_quick(capsys):
     assert grpo["generation"] > 0 and grpo["backward"] > 0 and grpo["total"] >= grpo["generation"] + grpo["backward"]
 
 
+def test_train_step_decode_quick(capsys):
+    results = _load("train_step").main(["--quick", "--sections", "decode"])
+    rows = _rows(capsys.readouterr().out)
+    assert [r[:2] for r in rows] == [["decode", "fp32, dynamic KV cache (the floor)"], ["decode", "fp32, static KV cache"],
+                                     ["decode", "int8 dynamic quantization, dynamic KV cache"]]
+    floor, static, int8 = results["decode"]
+    assert floor["kl"] == static["kl"] == 0.0 < int8["kl"]  # the same weights; int8 weights differ
+    assert rows[0][3].startswith("1.00x the floor") and all(v["generate"] > 0 for v in results["decode"])
+
+
 def test_datatrove_throughput_quick(capsys):
     rows = _load("datatrove_throughput").main(["--quick"])
     table = _rows(capsys.readouterr().out)

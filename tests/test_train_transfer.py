@@ -12,11 +12,14 @@ import torch
 
 from icw import ICWKey
 from icw.keys import as_key, green_mask
-from icw.train.grpo import ICWReward, make_parser
+from icw.train.grpo import ICWReward
+from icw.train.grpo import make_parser as grpo_parser
 from icw.train.sdlp import (
     SDLPCollator,
     SDLPConfig,
     SDLPTrainer,
+    make_parser,
+    relabel_curriculum,
     relabel_keys,
     sa_bias_codes,
     tokenize_dataset,
@@ -97,6 +100,31 @@ def test_relabel_copies_train_each_response_under_several_fresh_keys(qwen3):
         SDLPConfig(output_dir="unused", report_to="none", relabel_copies=0)
 
 
+def test_relabel_curriculum_reads_one_key_then_a_few_then_a_key_per_row(qwen3, tmp_path):
+    from datasets import Dataset
+
+    rows = Dataset.from_list([{"family": "wip", "key": ICWKey.create("wip", seed=1_000_000 + i, tokenizer=qwen3)
+                               .to_string(), "query": q, "response": ANSWER, "label": 1} for i, q in enumerate(QUERIES)])
+    staged = relabel_curriculum(rows, qwen3, [1, 3, 0], copies=2)
+    n = 2 * len(QUERIES)
+    assert len(staged) == 3 * n
+    stages = [staged.select(range(s * n, (s + 1) * n)) for s in range(3)]
+    assert [len(set(stage["key"])) for stage in stages][::2] == [1, n] and len(set(stages[1]["key"])) <= 3
+    for stage in stages:  # every answer twice in every stage, shuffled within it
+        assert sorted(stage["query"]) == sorted(QUERIES * 2) and stage["query"] != sorted(stage["query"])
+        assert not set(stage["key"]) & set(rows["key"])
+    # the parser takes the stages from the command line; the config reads them in order
+    config = make_parser().parse_args_and_config(["--output_dir", str(tmp_path), "--use_cpu", "true",
+                                                  "--relabel_curriculum", "1", "8", "0"])[1]
+    assert config.relabel_curriculum == [1, 8, 0] and config.relabel_keys
+    assert config.train_sampling_strategy == "sequential"
+    with pytest.raises(ValueError, match="relabel_num_keys"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_curriculum=[1, 0], relabel_num_keys=4)
+    with pytest.raises(ValueError, match="group_by_length"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_curriculum=[1, 0],
+                   train_sampling_strategy="group_by_length")
+
+
 def test_on_policy_batches_are_scored_along_the_students_own_tokens(tiny_qwen, tmp_path):
     model, tok = tiny_qwen
     config = SDLPConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, lmbda=1.0, max_response_length=9,
@@ -136,7 +164,8 @@ def test_on_policy_batches_are_scored_along_the_students_own_tokens(tiny_qwen, t
 
 
 @pytest.mark.parametrize("options", [{"relabel_keys": True}, {"relabel_keys": True, "relabel_num_keys": 2},
-                                     {"lmbda": 0.5}], ids=["relabel", "relabel-pool", "mixed"])
+                                     {"relabel_curriculum": [1, 0]}, {"lmbda": 0.5}],
+                         ids=["relabel", "relabel-pool", "curriculum", "mixed"])
 def test_sdlp_trains_with_each_new_option(tiny_qwen, tmp_path, options):
     from icw.testing import tiny_random_model
 
@@ -148,8 +177,15 @@ def test_sdlp_trains_with_each_new_option(tiny_qwen, tmp_path, options):
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
-    if options.get("relabel_keys"):
+    if options.get("relabel_keys") or options.get("relabel_curriculum"):
         assert "generating_key" in trainer.train_dataset.column_names
+    if options.get("relabel_curriculum"):  # the dataset's order, first stage first: its single WIP key
+        first = next(iter(trainer.get_train_dataloader()))["student_input_ids"].tolist()
+        for row, ids in zip(trainer.train_dataset, first, strict=False):
+            assert ids[: len(row["student_prompt_ids"])] == row["student_prompt_ids"]
+        stage = trainer.train_dataset.select(range(len(trainer.train_dataset) // 2))
+        assert len({k for k, f, w in zip(stage["key"], stage["family"], stage["watermarked"], strict=True)
+                    if f == "wip" and w}) == 1
 
 
 def test_sdlp_config_rejects_bad_fractions():
@@ -164,10 +200,10 @@ def test_grpo_uses_the_papers_loss_in_every_recipe():
 
     assert GRPOConfig(output_dir="unused", report_to="none", use_cpu=True).loss_type != "grpo"  # why the default
     extra = [] if torch.cuda.is_available() else ["--use_cpu", "true"]  # GPU recipes ask for bf16
-    _, training, _, _ = make_parser().parse_args_and_config(["--output_dir", "unused", *extra])
+    _, training, _, _ = grpo_parser().parse_args_and_config(["--output_dir", "unused", *extra])
     assert training.loss_type == "grpo"
     for path in sorted(ROOT.glob("recipes/configs/*/grpo.yaml")):
-        _, training, _, _ = make_parser().parse_args_and_config(["--config", str(path), "--output_dir", "unused", *extra])
+        _, training, _, _ = grpo_parser().parse_args_and_config(["--config", str(path), "--output_dir", "unused", *extra])
         assert training.loss_type == "grpo", path
 
 

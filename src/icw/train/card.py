@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 SETTINGS = {
     "common": ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs",
                "max_steps", "lr_scheduler_type", "seed"),
-    "sdlp": ("max_response_length", "relabel_keys", "relabel_num_keys", "relabel_copies", "lmbda"),
+    "sdlp": ("max_response_length", "relabel_keys", "relabel_num_keys", "relabel_curriculum", "relabel_copies",
+             "lmbda"),
     "grpo": ("num_generations", "max_completion_length", "loss_type", "beta", "temperature"),
 }
 
@@ -48,7 +49,9 @@ def _rows(dataset: Any) -> dict[str, dict[str, int]]:
 
 def _keys(recipe: str, args: Any) -> str:
     if recipe == "sdlp" and getattr(args, "relabel_keys", False):
-        pool = f"a pool of {args.relabel_num_keys} per family" if args.relabel_num_keys else "a new key per row"
+        stages = getattr(args, "relabel_curriculum", None)
+        pool = (f"a curriculum of pools {' -> '.join(str(n or 'a key per row') for n in stages)}" if stages else
+                f"a pool of {args.relabel_num_keys} per family" if args.relabel_num_keys else "a new key per row")
         text = (f"each D_H1 answer trained under fresh keys of its family (relabel_keys: {pool}, "
                 f"{args.relabel_copies} cop{'ies' if args.relabel_copies > 1 else 'y'} of each answer), not the key "
                 "that wrote it.")

@@ -42,10 +42,10 @@ from ..vocab import VocabularyView, vocabulary
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
 from .sdlp_config import SDLPConfig
 from .sdlp_data import tokenize_dataset, tokenize_row  # noqa: F401 (part of the SDLP API)
-from .transfer import Rows, on_policy_batch, relabel_key, relabel_keys
+from .transfer import Rows, on_policy_batch, relabel_curriculum, relabel_key, relabel_keys
 
 __all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
-           "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
+           "relabel_curriculum", "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
 
 # ------------------------------------------------------------------------------------- loss
 def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
@@ -337,7 +337,9 @@ class SDLPTrainer(Trainer):
                 if relabel and ds is not None:
                     raise ValueError("relabel_keys needs D_cs before tokenization (the student prompt shows the key)")
                 return ds
-            if relabel:
+            if relabel and args.relabel_curriculum:
+                ds = relabel_curriculum(ds, processing_class, args.relabel_curriculum, args.seed, args.relabel_copies)
+            elif relabel:
                 ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys, args.relabel_copies)
             return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
                                     args.max_prompt_length)

@@ -72,7 +72,12 @@ class SDLPConfig(TrainingArguments):
             student's instruction both use it, so the prefix says nothing about the training key.
         relabel_num_keys (`int`, *optional*, defaults to `0`):
             With ``relabel_keys``: draw the fresh keys from a pool of this many training keys per
-            family (0: a new key per row); 1, a few, then 0 make a curriculum.
+            family (0: a new key per row).
+        relabel_curriculum (`list[int]` or `None`, *optional*, defaults to `None`):
+            Pool sizes of a curriculum, e.g. ``[1, 8, 0]``: ``D_cs`` is relabelled once per stage with
+            that stage's pool (one key, eight keys, a key per row), each stage shuffled within itself,
+            and the stages are read in order (``train_sampling_strategy="sequential"``). One epoch
+            is the whole curriculum. Implies ``relabel_keys``.
         relabel_copies (`int`, *optional*, defaults to `1`):
             With ``relabel_keys``: train each ``D_H1`` response this many times, each time under its
             own fresh key (more distinct key/response pairs from the same answers).
@@ -145,6 +150,10 @@ class SDLPConfig(TrainingArguments):
     relabel_num_keys: int = field(
         default=0, metadata={"help": "With relabel_keys: draw the fresh keys from a pool of this many training keys "
                                      "per family (0: a new key per row)."})
+    relabel_curriculum: list[int] | None = field(
+        default=None, metadata={"help": "Pool sizes of a key curriculum, e.g. 1 8 0: D_cs relabelled once per stage "
+                                        "with that pool (0: a key per row), stages read in order (one epoch is the "
+                                        "curriculum). Implies relabel_keys."})
     relabel_copies: int = field(
         default=1, metadata={"help": "With relabel_keys: train each D_H1 response this many times, each under its "
                                      "own fresh key."})
@@ -165,6 +174,14 @@ class SDLPConfig(TrainingArguments):
             raise ValueError(f"relabel_copies must be >= 1, got {self.relabel_copies}")
         if self.relabel_num_keys < 0:
             raise ValueError(f"relabel_num_keys must be >= 0 (0: a fresh key per row), got {self.relabel_num_keys}")
+        if self.relabel_curriculum:
+            if self.relabel_num_keys or min(self.relabel_curriculum) < 0:
+                raise ValueError(f"relabel_curriculum {self.relabel_curriculum} gives each stage's pool size (each >= 0, "
+                                 "0: a key per row); leave relabel_num_keys at 0")
+            if self.train_sampling_strategy not in ("random", "sequential"):
+                raise ValueError(f"relabel_curriculum reads its stages in order; train_sampling_strategy "
+                                 f"{self.train_sampling_strategy!r} would mix them")
+            self.relabel_keys, self.train_sampling_strategy = True, "sequential"
 
     def delta(self, family: str) -> float:
         return float(getattr(self, f"delta_{family}"))

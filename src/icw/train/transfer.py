@@ -4,11 +4,12 @@ Off-policy ``D_H1`` answers were written under their key's bias, so the response
 the key and a student can lower the SDLP loss without reading the instruction. Relabelling trains
 each answer under a fresh, independent key; on-policy batches replace the answers by the student's
 own samples. Both are switched on by :class:`~icw.train.sdlp_config.SDLPConfig` fields
-(``relabel_keys``, ``relabel_num_keys``, ``lmbda``) and used by :class:`~icw.train.sdlp.SDLPTrainer`.
+(``relabel_keys``, ``relabel_num_keys``, ``relabel_curriculum``, ``lmbda``) and used by :class:`~icw.train.sdlp.SDLPTrainer`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,32 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
         positives = dataset.filter(lambda row: bool(int(row.get("label", 1)) and row.get("key")))
         parts += [relabel(positives, copy * len(dataset)) for copy in range(1, copies)]
     return datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
+def relabel_curriculum(dataset: Any, tokenizer: Any, stages: Sequence[int], seed: int = 0, copies: int = 1) -> Any:
+    """``D_cs`` once per stage, in stage order: stage ``s`` is :func:`relabel_keys` with a pool of
+    ``stages[s]`` keys per family (0: a key per row), shuffled within itself. Read in order (the trainer's
+    sequential sampler), the student first learns one key, then a few, then keys it sees once.
+
+    Args:
+        dataset: ``D_cs`` (a ``datasets.Dataset``).
+        tokenizer: the tokenizer TSP/WIP keys are built for.
+        stages (`Sequence[int]`): pool size of each stage, e.g. ``[1, 8, 0]``.
+        seed (`int`, defaults to 0): seed of the relabelling and of each stage's shuffle.
+        copies (`int`, defaults to 1): copies of each ``D_H1`` row within a stage (as in :func:`relabel_keys`).
+
+    Example:
+        >>> from datasets import Dataset
+        >>> rows = Dataset.from_list([{"family": "sa", "key": ICWKey.create("sa", seed=1_000_000 + i).to_string(),
+        ...                            "query": f"q{i}", "response": "A. B.", "label": 1} for i in range(6)])
+        >>> staged = relabel_curriculum(rows, None, [1, 0])
+        >>> len(set(staged["key"][:6])), len(set(staged["key"][6:]))
+        (1, 6)
+    """
+    import datasets
+
+    return datasets.concatenate_datasets([relabel_keys(dataset, tokenizer, seed + s, n, copies).shuffle(seed=seed + s)
+                                          .flatten_indices() for s, n in enumerate(stages)])
 
 
 class Rows:
