@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from transformers import TrainingArguments
+from transformers import __version__ as transformers_version
 
 from .hparams import SDLP_TRAINING, TRAIN_DELTA, TRAIN_TOP_K
 
@@ -178,6 +179,9 @@ class SDLPConfig(TrainingArguments):
             if self.relabel_num_keys or min(self.relabel_curriculum) < 0:
                 raise ValueError(f"relabel_curriculum {self.relabel_curriculum} gives each stage's pool size (each >= 0, "
                                  "0: a key per row); leave relabel_num_keys at 0")
+            if not hasattr(self, "train_sampling_strategy"):  # added in transformers 5.x
+                raise ValueError(f"relabel_curriculum reads its stages in order through TrainingArguments."
+                                 f"train_sampling_strategy, which transformers {transformers_version} lacks: upgrade it")
             if self.train_sampling_strategy not in ("random", "sequential"):
                 raise ValueError(f"relabel_curriculum reads its stages in order; train_sampling_strategy "
                                  f"{self.train_sampling_strategy!r} would mix them")
