@@ -18,9 +18,9 @@ Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat temp
   LoRA) on one prompt with ``--generations`` completions forced to ``--completion-tokens`` tokens, the
   phases timed by wrapping the trainer's own methods: generation, reward, forward (policy log-probs),
   backward, optimizer; "other" is the rest of the step;
-* decode: the floor's ``generate`` beside a static KV cache, int8 dynamic quantization of a rollout copy
-  and (``--compile``) a static cache under ``torch.compile``, with each variant's KL from the fp32 policy (not in the
-  default sections: ``--sections decode``);
+* decode: the floor's ``generate`` beside a static KV cache, int8 dynamic quantization of a rollout
+  copy and (``--compile``) a static cache under ``torch.compile``, with each variant's KL from the fp32
+  policy (not in the default sections: ``--sections decode``);
 * paraphrase: one request of the paraphrase attack (:class:`~icw.bench.attacks.EndpointAttack`) through
   :class:`~icw.bench.backends.ChatClient` to our OpenAI-compatible server on 127.0.0.1, beside
   ``generate`` of the same number of tokens at batch 1.
@@ -128,8 +128,9 @@ def decode(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, 
     """The rollout's ``generate`` under the decode speed-ups a CPU offers, side by side: fp32 with the
     dynamic KV cache (the floor), a static KV cache, int8 dynamic quantization of every ``nn.Linear`` (a
     rollout copy; ``torch.ao.quantization.quantize_dynamic``) and, with ``compile`` (inductor needs a C++
-    compiler), a static cache with ``torch.compile`` (its first call, the compilation, reported apart). ``kl`` is the mean per-token KL(fp32 || variant) of
-    the next-token distributions along fp32 samples: how far the variant's sampler is from the policy's."""
+    compiler), a static cache with ``torch.compile`` (its first call, the compilation, reported apart).
+    ``kl`` is the mean per-token KL(fp32 || variant) of the next-token distributions along fp32 samples:
+    how far the variant's sampler is from the policy's."""
     import copy
 
     import torch
