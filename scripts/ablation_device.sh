@@ -11,6 +11,8 @@
 #                                                     # (lines "family tag options"; default WIP and SA, full FT)
 #   or        scripts/ablation_device.sh run          # the same carry; the ablation table (resumable, ~25 min)
 #
+# A later session carries the D_cs and cells that came back (runs/gpu-<family>/dcs and /cells, a few MB
+# each, beside the curve call's carry) and skips the synthesis, ~200 s of device time.
 # Each device call must follow the previous one within the machine's warm window (30 s), or the
 # staged half and the cached cells are lost with the machine. Results come back through $OUT.
 # A dry run of stage/curve on CPU with the tiny model (pipeline only): DEVICE=cpu and
@@ -87,8 +89,15 @@ sa sa-full-orig --relabel_copies 0"}
     echo "wall seconds this call: $(( $(date +%s) - start ))"
     grep -h -E "^transfer_curve: (step|training)|Error|Traceback" runs/*.log | cut -c1-300 || true
     if [ -n "${OUT:-}" ]; then
-      tar czf "$OUT"/curves.tgz runs/*.log runs/gpu-*/curves runs/gpu-*/cells runs/gpu-*/dcs/stats.json \
-        runs/gpu-*/models/*/command.txt $(ls -d runs/gpu-*/models/*/checkpoint-*/trainer_state.json 2>/dev/null)
+      # D_cs comes back whole (a few MB: carried to the next session with its cells, it skips the synthesis),
+      # and so does the newest checkpoint of a LoRA run (~4 MB at r 16; full weights, 540 MB, cannot travel)
+      adapters=$(for run in runs/gpu-*/models/*/; do
+        last=$(ls -d "$run"checkpoint-* 2>/dev/null | sort -V | tail -n 1)
+        [ -z "$last" ] || ls "$last"/adapter_* 2>/dev/null || true
+      done)
+      tar czf "$OUT"/curves.tgz runs/*.log runs/gpu-*/curves runs/gpu-*/cells \
+        runs/gpu-*/dcs/{config.json,stats.json,data.parquet} runs/gpu-*/models/*/command.txt $adapters \
+        $(ls -d runs/gpu-*/models/*/checkpoint-*/trainer_state.json 2>/dev/null)
     fi
     ;;
   run)

@@ -281,6 +281,12 @@ def test_ablation_script_runs_its_base_row_end_to_end(tmp_path):
     assert cells == ["dcs.json", "dose-wip.json", "eval-base-wip.json"]
     rerun = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
     assert "ablation: cell" not in rerun.stdout  # finished cells are never redone
+    # a cell carried without its D_cs, or beside another model's, is refused (never trained on)
+    config = out / "dcs" / "config.json"
+    config.write_text(config.read_text().replace(str(out / "models" / "tiny-base"), "smollm2"))
+    other = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert other.returncode != 0 and "does not hold a finished D_cs of" in other.stderr
+    assert "made by smollm2" in other.stderr and "data.parquet present" in other.stderr
 
 
 def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
