@@ -288,3 +288,51 @@ def test_optional_extra():
     assert out.stderr.strip().splitlines()[-1] == (
         "ImportError: icw's datatrove steps need the datatrove extra: pip install 'icw[datatrove]' "
         "(cannot import datatrove)")
+
+
+def _detect_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "icw.cli", "detect", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_icw_detect_executor_local_matches_verify_resumes_and_guards_its_folders(tmp_path, corpus, gpt2):
+    """``icw detect --dataset DIR --executor local --tasks 2``: the datatrove pipeline from the command line."""
+    rows, key = corpus["rows"], corpus["wip"]
+    write_shards(tmp_path / "in", rows, "parquet")
+    args = ("--dataset", "in", "--key", key.to_string(), "--executor", "local", "--tasks", "2", "--num-proc", "2",
+            "--max-chars", str(MAX_CHARS), "--batch-size", "32")
+    first = _detect_cli(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads(first.stdout)
+    out = tmp_path / "in.icw-detect"
+    assert summary["output"] == "in.icw-detect" and sorted(p.suffix for p in out.iterdir()) == [".parquet"] * 2
+    assert sorted(p.name for p in (tmp_path / "in.icw-detect.logs" / "completions").iterdir()) == ["00000", "00001"]
+    tables = [pq.read_table(p) for p in sorted(out.iterdir())]
+    results = {r["id"]: r for t in tables for r in t.to_pylist()}
+    assert len(results) == sum(len(t) for t in tables) == summary["num_texts"] == len(rows) - 1  # "no-text" skipped
+    want = dict(zip([r["id"] for r in scored(rows)], verify([r["text"] for r in scored(rows)], key, gpt2), strict=True))
+    for doc_id, w in want.items():
+        got = results[doc_id]
+        assert (got["z_score"], got["p_value"]) == (pytest.approx(w.z_score, abs=1e-12), pytest.approx(w.p_value))
+        assert (got["is_watermarked"], got["num_tokens_scored"], got["note"]) == (
+            w.is_watermarked, w.num_tokens_scored, w.note or "")
+    assert results["long"]["note"].startswith("not scored") and results["long"]["p_value"] == 1.0
+    assert summary["num_watermarked"] == sum(r["is_watermarked"] for r in results.values()) >= 60
+    meta = json.loads(tables[0].schema.metadata[b"icw"])
+    assert (meta["key"], meta["statistic"], summary["p_value_method"]) == (
+        key.to_string(), w.statistic, w.p_value_method)
+
+    again = _detect_cli(*args, cwd=tmp_path)  # the same run: datatrove skips both finished tasks
+    assert again.returncode == 0 and "all 2 tasks have already been completed" in again.stderr, again.stderr[-3000:]
+    assert json.loads(again.stdout)["num_texts"] == summary["num_texts"]
+
+    other = ICWKey.create("wip", seed=12, tokenizer=gpt2).to_string()
+    for extra, message in [(("--key", other), "records another run (it differs in key)"),
+                           (("--logging-dir", "fresh-logs"), "already holds files that no run in fresh-logs wrote"),
+                           (("--dataset", "missing"), "missing does not exist")]:
+        got = _detect_cli(*args, *extra, cwd=tmp_path)  # the last value of an option wins
+        assert got.returncode == 2 and message in got.stderr, got.stderr[-3000:]
+        assert got.stderr.strip().splitlines()[-1].startswith("icw: error:")
+    plain = _detect_cli("--dataset", "in", "--key", key.to_string(), "--tasks", "2", cwd=tmp_path)
+    assert plain.returncode == 2 and "add --executor local" in plain.stderr

@@ -9,8 +9,9 @@ the input ids: one row per text with ``id``, ``z_score``, ``p_value``, ``is_wate
 p-value method are the same for every row of one key; they go into the parquet file's metadata
 and the command's summary line instead of being repeated per row.
 
-The same ``map`` runs on a cluster (e.g. each node mapping its own shard), so this is also the
-recipe for corpora beyond one machine.
+With ``--executor local`` the same command runs :func:`icw.integrations.datatrove.detect_files`
+instead: a datatrove pipeline over the input files on a ``LocalPipelineExecutor``, resumable task by
+task; for a cluster, the same steps go on datatrove's Slurm or Ray executors (docs/corpus-detection.md).
 
 Example:
     >>> from icw.corpus import detect_dataset
@@ -117,6 +118,24 @@ def _verify_batch(batch: dict[str, list], column: str, key: str, tokenizer: str 
     return {name: [getattr(r, name) for r in results] for name in RESULT_COLUMNS}
 
 
+def result_metadata(key: ICWKey, tokenizer: str | None, alpha: float, source: str, column: str) -> dict[str, str]:
+    """What every result row of one key shares (kept once, in the results file's metadata): the key, alpha,
+    the statistic, the null and the p-value method, and where the texts came from.
+
+    Args:
+        key (`ICWKey`): the key the texts are tested against.
+        tokenizer (`str`, *optional*): the tokenizer name (TSP/WIP); a missing asset fails here, once.
+        alpha (`float`): significance level of the verdicts.
+        source (`str`): the corpus.
+        column (`str`): its text column.
+    """
+    # a probe text only states the statistic, null and method (an empty text would report "nothing to score")
+    probe = verify("Apples fall quickly. Bears run home.", key, _tokenizer(tokenizer), alpha=alpha)
+    return {"key": key.to_string(), "alpha": str(alpha), "statistic": probe.statistic,
+            "null_hypothesis": probe.null_hypothesis, "p_value_method": probe.p_value_method,
+            "source": str(source), "column": column}
+
+
 def default_output(source: str) -> Path:
     """``corpus.parquet`` -> ``corpus.icw-detect.parquet``; a folder ``data/`` -> ``data.icw-detect.parquet``.
 
@@ -165,10 +184,7 @@ def detect_dataset(source: str, key: ICWKey | str, column: str = "text", *, id_c
     elif id_column not in ds.column_names:
         raise ValueError(f"{source} has no id column {id_column!r}; its columns are {', '.join(ds.column_names)}")
     out_path = Path(output) if output is not None else default_output(source)
-    if tokenizer is not None:
-        _tokenizer(tokenizer)  # a missing asset fails here, once, with its own message
-    # the statistic, null and p-value method of this key, stated once (an empty text would report "nothing to score")
-    probe = verify("Apples fall quickly. Bears run home.", key, _tokenizer(tokenizer), alpha=alpha)
+    meta = result_metadata(key, tokenizer, alpha, source, column)
     start = time.perf_counter()
     keep = [id_column] if id_column else []
     results = ds.map(_verify_batch, batched=True, batch_size=batch_size, num_proc=num_proc if num_proc > 1 else None,
@@ -179,15 +195,12 @@ def detect_dataset(source: str, key: ICWKey | str, column: str = "text", *, id_c
     table = results.data.table if hasattr(results.data, "table") else results.data
     if not id_column:
         table = table.add_column(0, "row", pa.array(range(len(results)), pa.int64()))
-    meta = {"key": key.to_string(), "alpha": str(alpha), "statistic": probe.statistic,
-            "null_hypothesis": probe.null_hypothesis, "p_value_method": probe.p_value_method,
-            "source": str(source), "column": column}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"icw": json.dumps(meta).encode()})
     out_path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, out_path)
     flagged = int(sum(results["is_watermarked"]))
-    return CorpusResult(str(out_path), len(results), flagged, seconds, probe.statistic, probe.null_hypothesis,
-                        probe.p_value_method)
+    return CorpusResult(str(out_path), len(results), flagged, seconds, meta["statistic"], meta["null_hypothesis"],
+                        meta["p_value_method"])
 
 
 def add_arguments(parser: Any) -> None:
@@ -206,16 +219,35 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--num-proc", type=int, default=1, metavar="N", help="worker processes (default: 1)")
     group.add_argument("--batch-size", type=int, default=256, metavar="N", help="texts per verify call (default: 256)")
     group.add_argument("--split", default="train", help="split of a Hub dataset (default: train)")
-    group.add_argument("--output", metavar="FILE", help="results parquet (default: <input>.icw-detect.parquet)")
+    group.add_argument("--output", metavar="PATH", help="results parquet (default: <input>.icw-detect.parquet); "
+                                                         "with --executor, a folder (default: <input>.icw-detect/)")
+    group.add_argument("--executor", choices=["local"],
+                       help="run as a datatrove pipeline on a LocalPipelineExecutor (pip install 'icw[datatrove]'): "
+                            "the input files are shared out among --tasks tasks, --num-proc at a time, and a rerun "
+                            "resumes, skipping the tasks that finished")
+    group.add_argument("--tasks", type=int, metavar="N", help="datatrove tasks (default: --num-proc)")
+    group.add_argument("--logging-dir", metavar="DIR", help="datatrove's logging folder, which records finished tasks "
+                                                            "(default: <output>.logs)")
 
 
 def run_from_args(args: Any) -> None:
     """``icw detect --dataset ...``: detect, write the parquet, print one JSON summary line."""
     if args.files:
         raise ValueError("pass either text files or --dataset, not both")
-    got = detect_dataset(args.dataset, ICWKey.from_string(args.key), args.column, id_column=args.id_column,
-                         tokenizer=args.tokenizer, num_proc=args.num_proc, batch_size=args.batch_size,
-                         alpha=args.alpha, max_chars=args.max_chars, split=args.split, output=args.output)
+    common = {"id_column": args.id_column, "tokenizer": args.tokenizer, "batch_size": args.batch_size,
+              "alpha": args.alpha, "max_chars": args.max_chars, "output": args.output}
+    if args.executor == "local":
+        try:
+            from .integrations.datatrove import detect_files
+        except ImportError as err:  # the optional extra: its one-line message says what to install
+            raise ValueError(str(err)) from None
+        got = detect_files(args.dataset, ICWKey.from_string(args.key), args.column, tasks=args.tasks or args.num_proc,
+                           workers=args.num_proc, logging_dir=args.logging_dir, **common)
+    elif args.tasks is not None or args.logging_dir is not None:
+        raise ValueError("--tasks and --logging-dir configure datatrove: add --executor local")
+    else:
+        got = detect_dataset(args.dataset, ICWKey.from_string(args.key), args.column, num_proc=args.num_proc,
+                             split=args.split, **common)
     print(json.dumps({"output": got.path, "num_texts": got.num_texts, "num_watermarked": got.num_watermarked,
                       "alpha": args.alpha, "texts_per_second": round(got.texts_per_second, 1),
                       "statistic": got.statistic, "null_hypothesis": got.null_hypothesis,

@@ -45,7 +45,10 @@ Example:
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 try:
@@ -58,10 +61,11 @@ except ImportError as err:  # an optional extra: one line that says what to inst
     raise ImportError(f"icw's datatrove steps need the datatrove extra: pip install 'icw[datatrove]' "
                       f"(cannot import {(err.name or 'datatrove').split('.')[0]})") from None
 
+from ..corpus import RESULT_COLUMNS, CorpusResult, default_output, result_metadata
 from ..keys import ICWKey, as_key
 from ..verification import DEFAULT_ALPHA, DEFAULT_MAX_CHARS, verify
 
-__all__ = ["ICWDetector", "ICWFilter"]
+__all__ = ["ICWDetector", "ICWFilter", "detect_files"]
 
 
 class _ICWScoring:
@@ -227,3 +231,109 @@ class ICWFilter(_ICWScoring, BaseFilter):
     def filter_batch(self, batch: list[Document]) -> list[bool | tuple[bool, str]]:
         reason = "icw_not_watermarked" if self.keep_watermarked else "icw_watermarked"
         return [True if flagged == self.keep_watermarked else (False, reason) for flagged in self._score(batch)]
+
+
+_READABLE = {".parquet": "parquet", ".jsonl": "jsonl", ".gz": "jsonl"}  # .jsonl.gz: JsonlReader infers gzip
+
+
+def _result_row(writer: DiskWriter, doc: Document) -> dict[str, Any]:
+    # a ParquetWriter adapter (bound to the writer): the id and icw's result fields, as detect_dataset writes them
+    return {"id": str(doc.id), **{name: doc.metadata["icw_" + name] for name in RESULT_COLUMNS}}
+
+
+def _input_files(source: Path) -> tuple[str, str, str]:
+    """(reader kind, data folder, glob) of a parquet / JSON Lines file or of a folder of them."""
+    if not source.exists():
+        raise ValueError(f"{source} does not exist: --executor local reads local parquet or JSON Lines files "
+                         "(for a Hub dataset, use datatrove's HuggingFaceDatasetReader in Python)")
+    files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+    files = [p for p in files if p.name.endswith((".parquet", ".jsonl", ".jsonl.gz"))]
+    kinds = {_READABLE[p.suffix] for p in files}
+    if len(kinds) != 1:
+        raise ValueError(f"{source}: expected parquet (.parquet) or JSON Lines (.jsonl, .jsonl.gz) files of one "
+                         f"kind, found {'both kinds' if kinds else 'none'}")
+    if source.is_file():
+        return kinds.pop(), str(source.parent), source.name
+    kind = kinds.pop()
+    return kind, str(source), "**/*.parquet" if kind == "parquet" else "**/*.jsonl*"
+
+
+def detect_files(source: str | Path, key: ICWKey | str, column: str = "text", *, id_column: str | None = None,
+                 tokenizer: str | None = None, tasks: int = 1, workers: int = 1, batch_size: int = 256,
+                 alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS, output: str | Path | None = None,
+                 logging_dir: str | Path | None = None) -> CorpusResult:
+    """Verify every text of parquet / JSON Lines files on a datatrove ``LocalPipelineExecutor``
+    (``icw detect --dataset ... --executor local``): reader -> :class:`ICWDetector` -> ``ParquetWriter``.
+
+    datatrove shares the files out among ``tasks`` (``workers`` run at once; a file is never split, so
+    more tasks than files leaves some idle). The results are one parquet file per task in ``output``:
+    ``id`` (the ``id_column``, or datatrove's ``<file>/<row>`` when the input has none) and the columns of
+    ``icw.corpus.RESULT_COLUMNS``, with the key, statistic, null and p-value method in each file's
+    metadata, as :func:`icw.corpus.detect_dataset` writes them. Killed and rerun with the same
+    arguments, it resumes: the tasks recorded as finished in ``logging_dir`` are skipped and the others
+    redone whole (their files rewritten, so no row is written twice). A rerun into the same logging
+    folder with another key, input or setting is refused, since datatrove would skip every finished
+    task and leave the old results in place.
+
+    Args:
+        source: a parquet / JSON Lines file, or a folder of them (searched recursively).
+        key: the key every text is tested against.
+        column: the text column.
+        id_column: the column naming each row (default ``id``).
+        tokenizer: override the key's tokenizer name (TSP/WIP).
+        tasks: datatrove tasks.
+        workers: tasks run at once (processes).
+        batch_size: texts per ``verify`` call.
+        alpha: significance level of each text's verdict.
+        max_chars: longer texts are not scored (p-value 1, a note says so).
+        output: the results folder (default ``<input>.icw-detect/`` next to the input).
+        logging_dir: datatrove's logging folder (default ``<output>.logs``).
+
+    Returns:
+        `icw.corpus.CorpusResult`: where the results went, how many texts, how many flagged.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import JsonlReader, ParquetReader
+    from datatrove.pipeline.writers import ParquetWriter
+
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1 or isinstance(workers, bool) \
+            or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"tasks and workers must be positive integers, got {tasks!r} and {workers!r}")
+    key = as_key(key)
+    path = Path(source).expanduser()
+    kind, folder, glob = _input_files(path)
+    out = Path(output) if output is not None else default_output(str(path)).with_suffix("")
+    logs = Path(logging_dir) if logging_dir is not None else out.with_name(out.name + ".logs")
+    step = ICWDetector(key, tokenizer=tokenizer, alpha=alpha, max_chars=max_chars, batch_size=batch_size)
+    meta = result_metadata(key, step.tokenizer, alpha, str(path), column)
+    # everything that changes the results; a rerun must match it to resume
+    run = {**meta, "source": str(path.resolve()), "id_column": id_column or "id", "tokenizer": step.tokenizer,
+           "max_chars": max_chars, "tasks": tasks, "output": str(out.resolve())}
+    manifest = logs / "icw-run.json"
+    if manifest.exists():
+        before = json.loads(manifest.read_text())
+        changed = sorted(k for k in run.keys() | before.keys() if run.get(k) != before.get(k))
+        if changed:
+            raise ValueError(f"{logs} records another run (it differs in {', '.join(changed)}); a rerun there would "
+                             "skip its finished tasks and keep their results: pass another --logging-dir and --output, "
+                             "or delete both to start over")
+    elif out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} already holds files that no run in {logs} wrote: pass another --output, or empty it")
+    else:
+        logs.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(json.dumps(run, indent=1))
+    schema = pa.schema([("id", pa.string()), ("z_score", pa.float64()), ("p_value", pa.float64()),
+                        ("is_watermarked", pa.bool_()), ("num_tokens_scored", pa.int64()),
+                        ("num_aligned", pa.int64()), ("note", pa.string())], metadata={"icw": json.dumps(meta)})
+    reader = (ParquetReader if kind == "parquet" else JsonlReader)(
+        folder, glob_pattern=glob, text_key=column, id_key=id_column or "id")
+    writer = ParquetWriter(str(out), adapter=_result_row, schema=schema)
+    start = time.perf_counter()
+    LocalPipelineExecutor([reader, step, writer], tasks=tasks, workers=min(workers, tasks),
+                          logging_dir=str(logs)).run()
+    seconds = time.perf_counter() - start
+    flags = pq.ParquetDataset(str(out)).read(columns=["is_watermarked"]).column(0) if out.exists() else pa.array([])
+    return CorpusResult(str(out), len(flags), int(sum(flags.to_pylist())), seconds, meta["statistic"],
+                        meta["null_hypothesis"], meta["p_value_method"])
