@@ -12,6 +12,7 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8-grpo --grpo_from wip-r16-c8 \
         --steps 100 --every 25                                    # GRPO from that run's last checkpoint
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --plot docs/transfer_curves.png   # all tags
+    .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8-grpo --weight_shift  # ‖ΔW‖/‖W‖
     .venv/bin/python scripts/transfer_curve.py --out runs/curve-sa --family sa --tag sa-r16-orig --steps 400 \
         --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: held-out detection only (no probe)
 
@@ -114,8 +115,18 @@ def checkpoints(out: Path) -> dict[int, Path]:
     return {int(p.name.split("-")[1]): p for p in out.glob("checkpoint-*") if (p / "trainer_state.json").exists()}
 
 
+def start_model(path: Path, base: Any) -> Any:
+    """The weights a checkpoint trained from: a GRPO adapter's merged SDLP model, else the base (SDLP)."""
+    from transformers import AutoModelForCausalLM
+
+    config = path / "adapter_config.json"
+    start = json.loads(config.read_text()).get("base_model_name_or_path") or "" if config.exists() else ""
+    return AutoModelForCausalLM.from_pretrained(start).to(base.device).eval() if (Path(start) / "config.json").exists() \
+        else base
+
+
 def load_checkpoint(path: Path, base: Any) -> Any:
-    """A checkpoint as a model: an adapter on (a copy of) the base, merged; or the full weights."""
+    """A checkpoint as a model: an adapter on (a copy of) the model it trained from, merged; or the full weights."""
     import copy
 
     from transformers import AutoModelForCausalLM
@@ -123,13 +134,43 @@ def load_checkpoint(path: Path, base: Any) -> Any:
     if (path / "adapter_config.json").exists():
         from peft import PeftModel
 
-        # GRPO's adapters sit on a merged SDLP model, SDLP's on the base
-        start = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path") or ""
-        model = AutoModelForCausalLM.from_pretrained(start).to(base.device) if (Path(start) / "config.json").exists() \
-            else copy.deepcopy(base)
+        start = start_model(path, base)
+        model = copy.deepcopy(base) if start is base else start
         return PeftModel.from_pretrained(model, str(path)).merge_and_unload().eval()
 
     return AutoModelForCausalLM.from_pretrained(str(path)).to(base.device).eval()
+
+
+def weight_shift(start: Any, model: Any, lora_modules: tuple[str, ...] = ("q_proj", "v_proj")) -> dict[str, float]:
+    """How far training moved the weights: ``||W - W_start||_F / ||W_start||_F`` per matrix, its median and max
+    over the projections the LoRA recipes train (``lora_modules``) and its median over every matrix.
+
+    A yardstick for runs that change nothing measurable: an update too small to matter (the learning rate) is
+    told apart from one that moved the weights without moving the behaviour.
+    """
+    import statistics
+
+    import torch
+
+    before = dict(start.named_parameters())
+    ratios = {}
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if weight.ndim == 2 and name in before:
+                ratios[name] = float((weight - before[name]).norm() / before[name].norm())
+    lora = [r for name, r in ratios.items() if any(m in name for m in lora_modules)]
+    return {"lora_median": statistics.median(lora), "lora_max": max(lora), "all_median": statistics.median(ratios.values())}
+
+
+def print_weight_shift(model_dir: Path, base: Any) -> None:
+    """The table of :func:`weight_shift` for every checkpoint of a run, each against the model it trained from."""
+    saved = checkpoints(model_dir)
+    if not saved:
+        raise SystemExit(f"transfer_curve: no checkpoint under {model_dir}")
+    print("| step | median ‖ΔW‖/‖W‖, q/v projections | max, q/v | median, every matrix |\n|---|---|---|---|")
+    for step, path in sorted(saved.items()):
+        shift = weight_shift(start_model(path, base), load_checkpoint(path, base))
+        print(f"| {step} | {shift['lora_median']:.2e} | {shift['lora_max']:.2e} | {shift['all_median']:.2e} |", flush=True)
 
 
 def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None,
@@ -297,6 +338,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (one prompt a step)")
     parser.add_argument("--completion_tokens", type=int, default=120, help="GRPO completion length")
     parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
+    parser.add_argument("--weight_shift", action="store_true",
+                        help="print how far each checkpoint of --tag moved the weights from its start; no training")
     parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
     parser.add_argument("--data_only", action="store_true", help="only build D_cs and the probe rows, then stop")
     args = parser.parse_args(argv)
@@ -310,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
                                           stop_after=0, variants=["base"], families=args.family,
                                           relabel_copies=args.relabel_copies))
     args.train_tokens, args.base_path = run.size.train_tokens, run.base_path
+    if args.weight_shift:
+        print_weight_shift(out / "models" / args.tag, run.base()[0])
+        return
     data = run.dcs()
     built = {row["family"] for row in json.loads((Path(data) / "stats.json").read_text())}
     if args.family not in built:

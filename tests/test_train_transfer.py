@@ -339,3 +339,53 @@ def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job
     assert marker.read_text() == "KeyboardInterrupt"
     assert "training stopped after --train_seconds 1" in capsys.readouterr().out
     assert (tmp_path / "run" / "command.txt").exists()
+
+
+def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(tmp_path):
+    """A full-weight checkpoint is measured against the base, a GRPO adapter against the merged model it sits on."""
+    import copy
+    import importlib.util
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from icw.testing import tiny_random_model
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
+    spec = importlib.util.spec_from_file_location("transfer_curve", path)
+    curve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(curve)
+    base = tiny_random_model().eval()
+    q = "model.layers.0.self_attn.q_proj.weight"
+    sdlp = copy.deepcopy(base)
+    with torch.no_grad():
+        sdlp.get_parameter(q).mul_(1.01)  # one matrix moved by exactly 1%
+    full = tmp_path / "sdlp" / "checkpoint-100"
+    sdlp.save_pretrained(full)
+    (full / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    shift = curve.weight_shift(curve.start_model(full, base), curve.load_checkpoint(full, base))
+    assert abs(shift["lora_max"] - 0.01) < 1e-5 and shift["lora_median"] == 0 and shift["all_median"] == 0
+
+    merged = tmp_path / "sdlp" / "merged"
+    sdlp.save_pretrained(merged)
+    lora = get_peft_model(curve.load_checkpoint(full, base), LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    torch.manual_seed(0)
+    for name, param in lora.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=1e-4)  # a shift far below the SDLP step's 1%
+    adapter = tmp_path / "grpo" / "checkpoint-25"
+    lora.save_pretrained(adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": str(merged)}))
+    (adapter / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    layer = lora.base_model.model.model.layers[0].self_attn.v_proj
+    with torch.no_grad():
+        expected = float((layer.lora_B["default"].weight @ layer.lora_A["default"].weight * 2).norm()
+                         / layer.base_layer.weight.norm())
+    start = curve.start_model(adapter, base)
+    assert start is not base and torch.equal(start.get_parameter(q), sdlp.get_parameter(q))
+    shift = curve.weight_shift(start, curve.load_checkpoint(adapter, base))
+    moved = curve.weight_shift(base, curve.load_checkpoint(adapter, base))["lora_max"]  # against the wrong start
+    assert 0 < shift["lora_median"] <= shift["lora_max"] < 0.005 and shift["all_median"] == 0
+    assert expected <= shift["lora_max"] * (1 + 1e-4) and moved > 0.0099  # the base start sees the SDLP step too
