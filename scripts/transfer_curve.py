@@ -120,9 +120,10 @@ def start_model(path: Path, base: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
     config = path / "adapter_config.json"
-    start = json.loads(config.read_text()).get("base_model_name_or_path") or "" if config.exists() else ""
-    return AutoModelForCausalLM.from_pretrained(start).to(base.device).eval() if (Path(start) / "config.json").exists() \
-        else base
+    start = (json.loads(config.read_text()).get("base_model_name_or_path") or "") if config.exists() else ""
+    if start and (Path(start) / "config.json").exists():
+        return AutoModelForCausalLM.from_pretrained(start).to(base.device).eval()
+    return base
 
 
 def load_checkpoint(path: Path, base: Any) -> Any:
