@@ -289,14 +289,21 @@ def test_ablation_script_runs_its_base_row_end_to_end(tmp_path):
     assert "made by smollm2" in other.stderr and "data.parquet present" in other.stderr
 
 
-def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
+def _transfer_curve():
+    """``scripts/transfer_curve.py`` as a module (scripts/ is not a package)."""
     import importlib.util
-    import json
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
     spec = importlib.util.spec_from_file_location("transfer_curve", path)
     curve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(curve)
+    return curve
+
+
+def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
+    import json
+
+    curve = _transfer_curve()
     tag = tmp_path / "curves" / "wip-r16-c8"
     tag.mkdir(parents=True)
     for step, b in ((0, -0.03), (100, 0.02)):
@@ -320,13 +327,9 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
 def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job(tmp_path, capsys):
     """``--train_seconds`` ends the recipe with SIGINT (the Trainer keeps its finished checkpoints), also when the
     script runs as a shell's background job, which starts with SIGINT ignored (a device run stopped 60 s late)."""
-    import importlib.util
     import signal
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
-    spec = importlib.util.spec_from_file_location("transfer_curve", path)
-    curve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(curve)
+    curve = _transfer_curve()
     marker = tmp_path / "interrupted"
     # a "recipe" that never ends by itself and records a KeyboardInterrupt
     child = ["-c", "import pathlib, time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
@@ -344,7 +347,6 @@ def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job
 def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(tmp_path):
     """A full-weight checkpoint is measured against the base, a GRPO adapter against the merged model it sits on."""
     import copy
-    import importlib.util
     import json
 
     import torch
@@ -352,10 +354,7 @@ def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(
 
     from icw.testing import tiny_random_model
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
-    spec = importlib.util.spec_from_file_location("transfer_curve", path)
-    curve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(curve)
+    curve = _transfer_curve()
     base = tiny_random_model().eval()
     q = "model.layers.0.self_attn.q_proj.weight"
     sdlp = copy.deepcopy(base)
