@@ -16,7 +16,8 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
     .venv/bin/python scripts/transfer_curve.py --out runs/curve-sa --family sa --tag sa-r16-orig --steps 400 \
         --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: held-out detection only (no probe)
 
-``--lora_r 0`` trains all weights (the frozen teacher is then a copy); ``--relabel_copies`` trains each
+``--lora_r 0`` trains all weights (the frozen teacher is then a copy), ``--lora_targets all-linear`` puts the
+adapters on every linear layer instead of q/v; ``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
 ``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
 ``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
@@ -84,7 +85,7 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
     if args.curriculum:
         cmd += ["--relabel_curriculum", *args.curriculum.split(",")]
     if args.lora_r:
-        cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r)]
+        cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r), *lora_targets(args)]
     _recipe(cmd, out, args.train_seconds)
 
 
@@ -97,7 +98,13 @@ def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> N
              "--per_device_train_batch_size", str(args.generations), "--max_completion_length",
              str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
              "--learning_rate", str(args.lr), "--lora_r", str(args.lora_r or 16), "--gradient_checkpointing", "false",
-             "--lora_alpha", str(2 * (args.lora_r or 16)), *ablation.device_flags(args.device)], out, args.train_seconds)
+             "--lora_alpha", str(2 * (args.lora_r or 16)), *lora_targets(args), *ablation.device_flags(args.device)],
+            out, args.train_seconds)
+
+
+def lora_targets(args: argparse.Namespace) -> list[str]:
+    """The recipe flag for ``--lora_targets`` (none: trl's default, q_proj and v_proj for SmolLM2)."""
+    return ["--lora_target_modules", *args.lora_targets.split(",")] if args.lora_targets else []
 
 
 def merged(tag_dir: Path, base: Any, tok: Any) -> Path:
@@ -322,6 +329,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for SDLP, 1e-5 for GRPO")
     parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank; 0 trains all weights")
+    parser.add_argument("--lora_targets", help="modules LoRA adapts, e.g. all-linear or q_proj,k_proj,v_proj,o_proj "
+                                               "(default: trl's, q_proj and v_proj)")
     parser.add_argument("--relabel_copies", type=int, default=8,
                         help="fresh keys per D_H1 answer; 0 trains each answer under the key it was written with")
     parser.add_argument("--curriculum", help="pool sizes of a key curriculum, e.g. 1,8,0 (stages in order, 0: a key "

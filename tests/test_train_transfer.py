@@ -388,3 +388,23 @@ def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(
     moved = curve.weight_shift(base, curve.load_checkpoint(adapter, base))["lora_max"]  # against the wrong start
     assert 0 < shift["lora_median"] <= shift["lora_max"] < 0.005 and shift["all_median"] == 0
     assert expected <= shift["lora_max"] * (1 + 1e-4) and moved > 0.0099  # the base start sees the SDLP step too
+
+
+def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
+    """``--lora_targets all-linear`` adapts every linear layer (MLP included), not trl's default q/v, and the run
+    still writes its checkpoint's probe cell; without the flag the adapter stays on q/v."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "curve"
+    base = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+            "--size", "tiny", "--steps", "1", "--every", "1", "--auc_at", "", "--relabel_copies", "1"]
+    targets = {}
+    for tag, extra in (("all", ["--lora_targets", "all-linear"]), ("qv", [])):
+        subprocess.run([*base, "--tag", tag, *extra], check=True, cwd=ROOT, capture_output=True, text=True)
+        config = json.loads((out / "models" / tag / "checkpoint-1" / "adapter_config.json").read_text())
+        targets[tag] = {name.rsplit(".", 1)[-1] for name in config["target_modules"]}
+        assert "B" in json.loads((out / "curves" / tag / "step-1.json").read_text())["probe"]
+    assert targets["qv"] == {"q_proj", "v_proj"}
+    assert targets["all"] == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
