@@ -85,7 +85,7 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
     if args.curriculum:
         cmd += ["--relabel_curriculum", *args.curriculum.split(",")]
     if args.lora_r:
-        cmd += ["--use_peft", "true", "--lora_r", str(args.lora_r), "--lora_alpha", str(2 * args.lora_r), *lora_targets(args)]
+        cmd += ["--use_peft", "true", *lora_flags(args)]
     _recipe(cmd, out, args.train_seconds)
 
 
@@ -97,14 +97,16 @@ def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> N
              "--resume_from_checkpoint", "last", "--num_generations", str(args.generations),
              "--per_device_train_batch_size", str(args.generations), "--max_completion_length",
              str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
-             "--learning_rate", str(args.lr), "--lora_r", str(args.lora_r or 16), "--gradient_checkpointing", "false",
-             "--lora_alpha", str(2 * (args.lora_r or 16)), *lora_targets(args), *ablation.device_flags(args.device)],
-            out, args.train_seconds)
+             "--learning_rate", str(args.lr), "--gradient_checkpointing", "false", *lora_flags(args),
+             *ablation.device_flags(args.device)], out, args.train_seconds)
 
 
-def lora_targets(args: argparse.Namespace) -> list[str]:
-    """The recipe flag for ``--lora_targets`` (none: trl's default, q_proj and v_proj for SmolLM2)."""
-    return ["--lora_target_modules", *args.lora_targets.split(",")] if args.lora_targets else []
+def lora_flags(args: argparse.Namespace) -> list[str]:
+    """The recipes' LoRA flags: rank (16 where ``--lora_r 0``: GRPO always trains an adapter), alpha = 2 x rank,
+    and ``--lora_targets`` (none: trl's default, q_proj and v_proj for SmolLM2)."""
+    rank = args.lora_r or 16
+    targets = ["--lora_target_modules", *args.lora_targets.split(",")] if args.lora_targets else []
+    return ["--lora_r", str(rank), "--lora_alpha", str(2 * rank), *targets]
 
 
 def merged(tag_dir: Path, base: Any, tok: Any) -> Path:

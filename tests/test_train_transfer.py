@@ -293,8 +293,7 @@ def _transfer_curve():
     """``scripts/transfer_curve.py`` as a module (scripts/ is not a package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "transfer_curve.py"
-    spec = importlib.util.spec_from_file_location("transfer_curve", path)
+    spec = importlib.util.spec_from_file_location("transfer_curve", ROOT / "scripts" / "transfer_curve.py")
     curve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(curve)
     return curve
