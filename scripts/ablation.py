@@ -199,11 +199,13 @@ class Run:
         self.cell("dcs", build)
         # a D_cs carried from another machine (or a stale cell) must be the one this run would build
         config = path / "config.json"
-        made_by = json.loads(config.read_text()).get("model_name_or_path") if config.exists() else None
-        if not (path / "data.parquet").exists() or made_by != self.base_path:
-            raise SystemExit(f"ablation: {path} does not hold a finished D_cs of {self.base_path} "
-                             f"(data.parquet {'present' if (path / 'data.parquet').exists() else 'missing'}, "
-                             f"made by {made_by}); delete {path} and {self.out / 'cells' / 'dcs.json'} to rebuild it")
+        made = json.loads(config.read_text()) if config.exists() else {}
+        made_by, length = made.get("model_name_or_path"), made.get("max_new_tokens")
+        if not (path / "data.parquet").exists() or made_by != self.base_path or length != self.size.train_tokens:
+            raise SystemExit(f"ablation: {path} does not hold a finished D_cs of {self.base_path} with answers of "
+                             f"{self.size.train_tokens} tokens (data.parquet "
+                             f"{'present' if (path / 'data.parquet').exists() else 'missing'}, made by {made_by}, "
+                             f"{length} tokens); delete {path} and {self.out / 'cells' / 'dcs.json'} to rebuild it")
         return str(path)
 
     def dose(self) -> dict:

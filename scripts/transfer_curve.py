@@ -34,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default="wip-r16-c8", help="this run's name (its folder under <out>/curves)")
     parser.add_argument("--family", default="wip", choices=["wip", "tsp", "sa"])
     parser.add_argument("--size", default="probe", choices=sorted(ablation.SIZES), help="the ablation size of the data")
+    parser.add_argument("--train_tokens", type=int, default=None,
+                        help="D_cs answer length (and the probe's; the dose cell: the teacher's delta at that length); default: the size's")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--every", type=int, default=100, help="checkpoint and probe every this many steps")
     parser.add_argument("--batch", type=int, default=4)
@@ -364,6 +367,11 @@ def main(argv: list[str] | None = None) -> None:
     run = ablation.Run(argparse.Namespace(size=args.size, device=args.device, model=args.model, out=str(out),
                                           stop_after=0, variants=["base"], families=args.family,
                                           relabel_copies=args.relabel_copies))
+    if args.train_tokens:  # the dose cell then shows what the teacher's own bias does at that length
+        from icw.train.hparams import TRAIN_DELTA
+
+        run.size = replace(run.size, train_tokens=args.train_tokens, dose_lengths=[args.train_tokens],
+                           dose_deltas=[TRAIN_DELTA[args.family]])
     args.train_tokens, args.base_path = run.size.train_tokens, run.base_path
     if args.weight_shift:
         print_weight_shift(out / "models" / args.tag, run.base()[0])

@@ -407,3 +407,23 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
         assert "B" in json.loads((out / "curves" / tag / "step-1.json").read_text())["probe"]
     assert targets["qv"] == {"q_proj", "v_proj"}
     assert targets["all"] == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+
+def test_transfer_curve_train_tokens_sets_the_dcs_length_and_refuses_a_cached_one_of_another(tmp_path):
+    """``--train_tokens`` writes D_cs answers (and the dose cell) of that length under the teacher's delta; the
+    same ``--out`` asked for another length is refused with the paths to delete, never silently reused."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "curve"
+    cmd = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+           "--size", "tiny", "--family", "sa", "--data_only"]
+    subprocess.run([*cmd, "--train_tokens", "20"], check=True, cwd=ROOT, capture_output=True, text=True)
+    assert json.loads((out / "dcs" / "config.json").read_text())["max_new_tokens"] == 20
+    dose = json.loads((out / "cells" / "dose-sa.json").read_text())
+    assert [(c["delta"], c["length"]) for c in dose["cells"]] == [(8.0, 20)]
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)  # the tiny size's own length: 16
+    assert again.returncode != 0
+    assert "with answers of 16 tokens" in again.stderr and "20 tokens" in again.stderr
+    assert str(out / "dcs") in again.stderr
