@@ -309,6 +309,9 @@ def plot(out: Path, target: str) -> None:
         if i < 2:
             ax.axhline(0, color="grey", lw=0.8)
             ax.set_ylabel("log-odds lift over the base (± 2 s.e.)")
+            if not ax.get_legend_handles_labels()[0]:
+                ax.text(0.5, 0.5, "no key-swap probe in these runs\n(SA: held-out detection only)", ha="center",
+                        transform=ax.transAxes)
         if i == 2:
             ax.axhline(0.5, color="grey", lw=0.8)
         ax.set_xlabel("training step")
