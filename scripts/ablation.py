@@ -201,11 +201,12 @@ class Run:
         config = path / "config.json"
         made = json.loads(config.read_text()) if config.exists() else {}
         made_by, length = made.get("model_name_or_path"), made.get("max_new_tokens")
-        if not (path / "data.parquet").exists() or made_by != self.base_path or length != self.size.train_tokens:
+        finished = (path / "data.parquet").exists()
+        if not finished or made_by != self.base_path or length != self.size.train_tokens:
             raise SystemExit(f"ablation: {path} does not hold a finished D_cs of {self.base_path} with answers of "
-                             f"{self.size.train_tokens} tokens (data.parquet "
-                             f"{'present' if (path / 'data.parquet').exists() else 'missing'}, made by {made_by}, "
-                             f"{length} tokens); delete {path} and {self.out / 'cells' / 'dcs.json'} to rebuild it")
+                             f"{self.size.train_tokens} tokens (data.parquet {'present' if finished else 'missing'}, "
+                             f"made by {made_by}, {length} tokens); delete {path} and "
+                             f"{self.out / 'cells' / 'dcs.json'} to rebuild it")
         return str(path)
 
     def dose(self) -> dict:

@@ -17,7 +17,8 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
         --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: held-out detection only (no probe)
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy), ``--lora_targets all-linear`` puts the
-adapters on every linear layer instead of q/v; ``--relabel_copies`` trains each
+adapters on every linear layer instead of q/v, ``--train_tokens 192`` builds ``D_cs`` (and the probe and dose cell)
+of 192-token answers instead of the size's; ``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
 ``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
 ``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
