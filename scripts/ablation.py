@@ -5,7 +5,7 @@ batches, lmbda = 0.5), +GRPO, +SDLP+GRPO (GRPO from the best SDLP variant); one 
 variant trained on the union of the families' D_cs. Families WIP, SA and TSP (candidate pool
 ``pool_size``). Columns: AUC and TPR@1%FPR with bootstrap CIs, the verdict rate at alpha = 0.01,
 mean z of instructed answers / plain answers / instructed answers scored under another key,
-median PPL under the base model, mean answer length, the key-swap probe's A/B/C (WIP, TSP), and
+median PPL under the base model, mean answer length, the key-swap probe's A/B/C (SA: at sentence openings), and
 AUC under ICWBench's held-out instruction template. Before training, a dose-response step
 generates base-model answers with the bias at reduced deltas and reports TPR@1%FPR per
 (delta, length), i.e. what lift and answer length a trained model needs.
@@ -324,13 +324,11 @@ class Run:
                                              template=HELDOUT_TEMPLATES[family], **gen)
                 zh = [r.z_score for r in verify(held, keys, tok, num_null_keys=1)]
                 row["auc_heldout_template"] = detection_report(zh, zn, num_bootstrap=200).roc_auc
-            if family != "sa":
-                rows = self.dose()[family]["probe_rows"]
-                probe = key_swap_probe(model, tok, rows, base_model=base,
-                                       other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i)
-                                                   for i, r in enumerate(rows)],
-                                       max_response_tokens=s.eval_tokens)
-                row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
+            rows = self.dose()[family]["probe_rows"]
+            probe = key_swap_probe(model, tok, rows, base_model=base,
+                                   other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i) for i, r in enumerate(rows)],
+                                   max_response_tokens=s.eval_tokens)
+            row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
             return row
 
         return self.cell(f"eval-{variant}-{family}", run)

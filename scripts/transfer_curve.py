@@ -4,7 +4,7 @@ The data are the ablation's (``scripts/ablation.py``): ``D_cs`` on train questio
 and the probe rows (held-out questions and keys, written by the base model under the bias). A run
 trains through ``recipes/sdlp.py`` with a checkpoint every ``--every`` steps; killed, the same command
 resumes from the newest checkpoint with the same data order. Then every checkpoint (and step 0, the
-base model) gets the key-swap probe (A / B / C / plain, mean and s.e. over rows) and, at the steps of
+base model) gets the key-swap probe (A / B / C / plain, mean and s.e. over rows; SA: at sentence openings) and, at the steps of
 ``--auc_at``, held-out detection (instructed vs plain answers on held-out questions and keys: ROC-AUC,
 TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curves/<tag>/``.
 
@@ -14,7 +14,7 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --plot docs/transfer_curves.png   # all tags
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8-grpo --weight_shift  # ‖ΔW‖/‖W‖
     .venv/bin/python scripts/transfer_curve.py --out runs/curve-sa --family sa --tag sa-r16-orig --steps 400 \
-        --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: held-out detection only (no probe)
+        --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: the probe at sentence openings
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy), ``--lora_targets all-linear`` puts the
 adapters on every linear layer instead of q/v, ``--train_tokens 192`` builds ``D_cs`` (and the probe and dose cell)
@@ -187,25 +187,30 @@ def print_weight_shift(model_dir: Path, base: Any) -> None:
 
 def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None,
              last: int = -1) -> dict:
-    """Probe (WIP/TSP) and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint; cached."""
+    """The key-swap probe and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint.
+
+    Cached in ``step-<step>.json``; a cached cell gets what it lacks (a cell written before SA had a probe gets
+    one, a step newly named in ``--auc_at`` gets its detection) and keeps the rest."""
     cell = tag_dir / f"step-{step}.json"
-    if cell.exists():
-        return json.loads(cell.read_text())
+    row: dict[str, Any] = json.loads(cell.read_text()) if cell.exists() else {"step": step}
+    probe_due = "probe" not in row
+    detection_due = "detection" not in row and (step in args.auc_at or (step == last and -1 in args.auc_at))
+    if not (probe_due or detection_due):
+        return row
     from icw import ICWKey
     from icw.train.probe import key_swap_probe, other_key
 
     t0 = time.time()
     base, tok = run.base()
     model = base if path is None else load_checkpoint(path, base)
-    row: dict[str, Any] = {"step": step}
-    if args.family != "sa":
+    if probe_due:
         rows = run.dose()[args.family]["probe_rows"]
         probe = key_swap_probe(model, tok, rows, base_model=base, max_response_tokens=args.train_tokens,
                                other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i) for i, r in enumerate(rows)])
         row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
-    if step in args.auc_at or (step == last and -1 in args.auc_at):
+    if detection_due:
         row["detection"] = heldout_detection(run, model, tok, args, tag_dir / f"answers-step-{step}.jsonl")
-    row["seconds"] = round(time.time() - t0, 1)
+    row["seconds"] = round(row.get("seconds", 0) + time.time() - t0, 1)
     cell.write_text(json.dumps(row))
     print(f"transfer_curve: step {step}: " + json.dumps(row), flush=True)
     return row
@@ -258,7 +263,7 @@ def training_log(model_dir: Path) -> list[dict]:
 
 
 def plot(out: Path, target: str) -> None:
-    """Probe B and A (WIP/TSP), held-out AUC (every family) and the training signal against step for
+    """Probe B and A, held-out AUC and the training signal against step for
     every tag under ``out/curves``; one PNG, one table."""
     import matplotlib
 
@@ -311,7 +316,7 @@ def plot(out: Path, target: str) -> None:
             ax.axhline(0, color="grey", lw=0.8)
             ax.set_ylabel("log-odds lift over the base (± 2 s.e.)")
             if not ax.get_legend_handles_labels()[0]:
-                ax.text(0.5, 0.5, "no key-swap probe in these runs\n(SA: held-out detection only)", ha="center",
+                ax.text(0.5, 0.5, "no key-swap probe in these runs", ha="center",
                         transform=ax.transAxes)
         if i == 2:
             ax.axhline(0.5, color="grey", lw=0.8)

@@ -1,4 +1,4 @@
-"""The key-swap probe tells an instruction-reader (B > 0) from a fixed preference (B ~ 0, C ~ A).
+"""The key-swap probe tells an instruction-reader (B > 0) from a fixed preference (B ~ 0, C ~ A), for WIP and SA.
 
 The two models under test are the tiny random Qwen3 (real Qwen3 tokenizer) with a known logit
 shift on top, so the probe's answer is known exactly: a shift of ``delta`` on a key's green set
@@ -19,7 +19,8 @@ import torch
 
 from icw import ICWKey
 from icw.keys import green_mask
-from icw.train.probe import key_swap_probe
+from icw.processors import sa_bias_codes, sa_bias_rows
+from icw.train.probe import key_swap_probe, other_key
 from icw.vocab import vocabulary
 
 DELTA = 2.0
@@ -98,10 +99,81 @@ def test_untrained_model_against_itself_is_zero_without_instruction(tiny_qwen):
     assert "| B |" in report.to_markdown()
 
 
-def test_probe_rejects_sa_rows(tiny_qwen):
+SA_ANSWERS = ["Sunlight scatters off air. Blue light scatters most. Red light passes through. So the sky looks blue.",
+              "Bees gather nectar. They carry it home. Workers fan it dry. Then they seal it in wax.",
+              "The moon pulls the sea. Earth turns under that pull. Two bulges follow the moon. Coasts see them as tides.",
+              "Cats purr when calm. Some purr when hurt. The sound may help healing. Nobody is fully sure why."]
+
+
+class ShiftedSA(torch.nn.Module):
+    """The tiny model plus ``DELTA`` where the SA teacher would put its bias: on the tokens opening a sentence with
+    the letter a key's secret asks for there (the key named in the prompt, or always ``fixed``), replayed along
+    whichever of the known ``responses`` ends the sequence."""
+
+    def __init__(self, model, tok, responses, keys=(), fixed=None):
+        super().__init__()
+        self.model, self.tok, self.responses, self.keys, self.fixed = model, tok, responses, list(keys), fixed
+        self.view = vocabulary(tok)
+        self.table = torch.from_numpy(sa_bias_rows(self.view)).float()
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        for b in range(input_ids.shape[0]):
+            n = int(attention_mask[b].sum())
+            seq = input_ids[b, :n].tolist()
+            text = self.tok.decode(seq)
+            key = self.fixed or next((k for k in self.keys if k.secret_string in text), None)
+            response = next(r for r in self.responses if seq[n - len(r):] == r)
+            if key is not None:
+                codes = sa_bias_codes(key.secret_string, response, self.view)
+                rows = self.table[torch.tensor(codes)]
+                out.logits[b, n - len(response) - 1 : n - 1, : rows.shape[1]] += DELTA * rows
+        return out
+
+
+@pytest.fixture(scope="module")
+def sa_keys():
+    return ICWKey.create("sa", secret="ABCDEFGHIJKLM"), ICWKey.create("sa", secret="NOPQRSTUVWXYZ")
+
+
+def _sa_rows(tok, key):
+    rows = [{"query": q, "key": key.to_string(), "response": a} for q, a in zip(QUERIES, SA_ANSWERS, strict=True)]
+    return rows, [tok(a, add_special_tokens=False)["input_ids"] for a in SA_ANSWERS]
+
+
+def test_sa_probe_scores_sentence_openings_on_the_letter_the_secret_asks_for(tiny_qwen, sa_keys):
+    """The SA teacher's bias lifts the log-odds of the asked letter among sentence openings by exactly its delta, so
+    a model that writes the acrostic of the prompt's secret has A = B = delta; one that always writes the same
+    acrostic has C = A = delta and B below it (the other secret asks for other letters)."""
     model, tok = tiny_qwen
-    rows = [{"query": "Why?", "key": ICWKey.create("sa", seed=1).to_string(), "response": "Because."}]
-    with pytest.raises(ValueError, match="TSP or WIP"):
+    first, second = sa_keys
+    rows, responses = _sa_rows(tok, first)
+    reader = ShiftedSA(model, tok, responses, keys=sa_keys)
+    report = key_swap_probe(reader, tok, rows, base_model=model, other_keys=[second] * 4)
+    # within 0.01: the random model's own small response to the instruction, over 16 positions rather than WIP's 40+
+    assert report["A"].mean == pytest.approx(DELTA, abs=1e-2)
+    assert report["B"].mean == pytest.approx(DELTA, abs=1e-2)
+    assert report["plain"].mean == pytest.approx(0.0, abs=1e-2)
+    assert report["C"].mean < -0.05  # told the other secret: its letters, never the writer's, gain
+    assert report["B"].num_positions == 16  # four sentence openings in each of the four answers
+    fixed = ShiftedSA(model, tok, responses, fixed=first)
+    report = key_swap_probe(fixed, tok, rows, base_model=model, other_keys=[second] * 4)
+    assert report["A"].mean == pytest.approx(DELTA, abs=1e-2) and report["C"].mean == pytest.approx(DELTA, abs=1e-2)
+    assert report["plain"].mean == pytest.approx(DELTA, abs=1e-2)
+    assert report["B"].mean < 0.5 * DELTA, report.to_markdown()
+
+
+def test_sa_other_key_keeps_the_secret_length_and_differs(qwen3):
+    key = ICWKey.create("sa", seed=7, length=18)
+    other = other_key(key, qwen3, 3)
+    assert len(other.secret_string) == 18 and other.secret_string != key.secret_string
+
+
+def test_probe_rejects_rows_of_mixed_families(tiny_qwen):
+    model, tok = tiny_qwen
+    rows = [{"query": "Why?", "key": ICWKey.create("sa", seed=1).to_string(), "response": "Because."},
+            {"query": "Why?", "key": ICWKey.create("wip", seed=1, tokenizer=tok).to_string(), "response": "Because."}]
+    with pytest.raises(ValueError, match="one family"):
         key_swap_probe(model, tok, rows)
 
 

@@ -308,7 +308,7 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
     for step, b in ((0, -0.03), (100, 0.02)):
         probe = {c: [b if c == "B" else 0.05, 0.01] for c in ("A", "B", "C", "plain")}
         (tag / f"step-{step}.json").write_text(json.dumps({"step": step, "probe": probe}))
-    sa = tmp_path / "curves" / "sa-r16"  # SA has no probe: its cells carry held-out detection only
+    sa = tmp_path / "curves" / "sa-r16"  # a run evaluated without the probe: held-out detection only
     sa.mkdir()
     for step, auc in ((0, 0.49), (200, 0.71)):
         det = {"roc_auc": auc, "roc_auc_ci": [auc - 0.1, auc + 0.1], "tpr_at_fpr": 0.2, "tpr_at_fpr_ci": [0.1, 0.3],
@@ -427,3 +427,25 @@ def test_transfer_curve_train_tokens_sets_the_dcs_length_and_refuses_a_cached_on
     assert again.returncode != 0
     assert "with answers of 16 tokens" in again.stderr and "20 tokens" in again.stderr
     assert str(out / "dcs") in again.stderr
+
+
+def test_transfer_curve_probes_sa_and_completes_a_cached_cell_without_redoing_it(tmp_path):
+    """SA checkpoints get the key-swap probe (at sentence openings); a cell cached before SA had one gets the probe
+    added and keeps the held-out detection it already had."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "curve"
+    cell = out / "curves" / "sa" / "step-0.json"
+    cell.parent.mkdir(parents=True)
+    detection = {"roc_auc": 0.5, "roc_auc_ci": [0.4, 0.6]}
+    cell.write_text(json.dumps({"step": 0, "detection": detection, "seconds": 1.0}))
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+                    "--size", "tiny", "--family", "sa", "--tag", "sa", "--no_train", "--auc_at", "0"],
+                   check=True, cwd=ROOT, capture_output=True, text=True)
+    row = json.loads(cell.read_text())
+    assert row["detection"] == detection  # cached, not regenerated
+    assert set(row["probe"]) == {"A", "B", "C", "plain"}
+    assert row["probe"]["plain"][0] == 0.0  # step 0 is the base model: no instruction, no lift
+    assert row["seconds"] > 1.0

@@ -22,6 +22,7 @@ SA processor for a new ``generate`` call that continues the previous output with
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -440,6 +441,26 @@ class AcrosticState:
                 self.target, self.misses = self.target + 1, 0
             else:
                 self.misses += 1
+
+
+def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView,
+                  moves: SentenceMoves | None = None) -> list[int]:
+    r"""Replay the SA perturbation along a known response (teacher forcing): per position ``t``, the row
+    of :func:`sa_bias_rows` that is ``Delta_t`` (:data:`SA_NO_BIAS` when inactive), by the
+    :class:`AcrosticState` that :class:`SentenceAcrosticLogitsProcessor` runs while generating.
+
+    Args:
+        secret (`str`): the SA secret ``S``.
+        response_ids (`Sequence[int]`): the response's token ids.
+        view (`VocabularyView`): the tokenizer's vocabulary facts.
+        moves (`SentenceMoves`, *optional*): memoized transitions to share between calls.
+    """
+    row = AcrosticState(secret, moves or SentenceMoves(view))
+    codes = []
+    for token in response_ids:
+        codes.append(row.bias_row())
+        row.observe(token)
+    return codes
 
 
 _PROCESSORS = {"tsp": TokenSetPreferenceLogitsProcessor, "wip": WordInitialPreferenceLogitsProcessor,

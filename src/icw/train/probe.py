@@ -2,10 +2,16 @@ r"""The key-swap probe: does a model read the key from the instruction, or from 
 
 For held-out ``D_cs``-style rows (a query, a response written under a generating key ``K``, and
 a second key ``K'`` of the same family), teacher-force the response and, at every position whose
-next token is scored by the family (WIP: word-initial tokens; TSP: the candidate pool), take
-the log-odds that the next scored token is green under a letter set / token set ``G``:
+next token is scored by the family, take the log-odds that the next scored token is green under
+a key's preferred set ``G``:
 
-    lo(m, prompt, G)_t = log sum_{v in S ∩ G} p_m(v | prompt, y_<t) - log sum_{v in S \ G} p_m(v | prompt, y_<t)
+    lo(m, prompt, G)_t = log sum_{v in S_t ∩ G_t} p_m(v | prompt, y_<t) - log sum_{v in S_t \ G_t} p_m(v | prompt, y_<t)
+
+TSP: ``S`` is the candidate pool, ``G`` the key's token set; WIP: ``S`` the word-initial tokens, ``G``
+those whose initial is one of the key's letters. SA: the positions are those where the SA teacher's
+bias is active (a sentence is about to open; :class:`~icw.processors.AcrosticState` replayed along
+the response under that key), ``S_t`` the tokens that can open the sentence there and ``G_t`` those
+opening it with the letter the key's secret asks for at ``t``.
 
 The probe reports the *lift* over the frozen base model that sees the query alone (the SDLP
 teacher before its perturbation; a teacher with bias ``delta`` on ``G`` has lift exactly
@@ -17,7 +23,6 @@ teacher before its perturbation; a teacher with bias ``delta`` on ``G`` has lift
     plain = lo(model, q,              G_K) - lo(base, q, G_K)    no instruction at all
 
 A model that follows instructions has ``B > 0``; a prefix-reader has ``C ≈ A`` and ``B ≈ 0``.
-SA has no per-token preference set and is not probed.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ import torch
 
 from ..generation import chat_prompt
 from ..keys import ICWKey, as_key, green_mask, scored_mask
-from ..vocab import vocabulary
+from ..processors import SA_NO_BIAS, SentenceMoves, sa_bias_codes, sa_bias_rows
+from ..vocab import VocabularyView, vocabulary
 
 #: First key seed of the probe's "other" keys: disjoint from ICWBench's test seeds (small) and
 #: from the training pool (>= 1,000,000).
@@ -106,9 +112,14 @@ def other_key(key: ICWKey, tokenizer: Any, index: int) -> ICWKey:
     """
     seed = PROBE_SEED_OFFSET + index
     while True:
-        candidate = ICWKey.create(key.family, seed, tokenizer, **_params(key))
-        if candidate.family == "tsp" or candidate.green_letters != key.green_letters:
-            return candidate
+        if key.family == "sa":  # SA keys are tokenizer-free
+            candidate = ICWKey.create("sa", seed, length=len(key.secret_string))
+            if candidate.secret_string != key.secret_string:
+                return candidate
+        else:
+            candidate = ICWKey.create(key.family, seed, tokenizer, **_params(key))
+            if candidate.family == "tsp" or candidate.green_letters != key.green_letters:
+                return candidate
         seed += 100_000
 
 
@@ -118,9 +129,32 @@ def _params(key: ICWKey) -> dict[str, Any]:
     return {"num_letters": key.num_letters}
 
 
+Sets = tuple[np.ndarray, np.ndarray]  # (scored, green): each (V,) for every position, or (P, V) per position
+
+
+def _sa_sets(table: np.ndarray, codes: np.ndarray) -> Sets:
+    """Per-position (scored, green) masks of SA bias rows ``codes`` (rows of :func:`~icw.processors.sa_bias_rows`):
+    green is the row itself, scored the union of the 26 rows of its half (sentence opening / after its end)."""
+    halves = np.stack([table[:26].any(0), table[26:52].any(0)])
+    return halves[codes // 26], table[codes]
+
+
+def _probe_sets(key: ICWKey, alt: ICWKey, ids: list[int], view: VocabularyView,
+                sa_table: np.ndarray | None) -> tuple[np.ndarray, Sets, Sets]:
+    """The probe positions of a response and the (scored, green) masks of the generating key and of the other."""
+    if key.family == "sa":
+        moves = SentenceMoves(view)
+        codes = [np.array(sa_bias_codes(k.secret_string, ids, view, moves), dtype=np.int64) for k in (key, alt)]
+        pos = np.flatnonzero((codes[0] != SA_NO_BIAS) & (codes[1] != SA_NO_BIAS))
+        return pos, _sa_sets(sa_table, codes[0][pos]), _sa_sets(sa_table, codes[1][pos])
+    scored = scored_mask(key, view)
+    pos = np.array([t for t, tok in enumerate(ids) if tok < len(scored) and scored[tok]], dtype=np.int64)
+    return pos, (scored, green_mask(key, view)), (scored_mask(alt, view), green_mask(alt, view))
+
+
 @torch.no_grad()
-def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]],
-              sets: list[list[tuple[np.ndarray, np.ndarray]]], positions: list[np.ndarray]) -> list[list[float]]:
+def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]], sets: list[list[Sets]],
+              positions: list[np.ndarray]) -> list[list[float]]:
     """For each row and each (scored, green) pair of masks: the mean over the row's probe positions of
     ``lo_t``; one forward per row batch (right padding)."""
     device = next(model.parameters()).device
@@ -138,15 +172,22 @@ def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]],
         row = []
         for scored, green in sets[b]:
             s = torch.as_tensor(_fit(scored, logp.shape[-1]), device=device)
-            g = torch.as_tensor(_fit(green & scored, logp.shape[-1]), device=device)
-            lo = torch.logsumexp(logp[:, g], -1) - torch.logsumexp(logp[:, s & ~g], -1)
+            g = torch.as_tensor(_fit(green, logp.shape[-1]), device=device) & s
+            lo = _logsumexp_on(logp, g) - _logsumexp_on(logp, s & ~g)
             row.append(float(lo.mean()))
         out.append(row)
     return out
 
 
+def _logsumexp_on(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``log sum_{v in mask} p(v)`` per position; ``mask`` is (V,) for all positions or (P, V) per position."""
+    return logp.masked_fill(~mask, float("-inf")).logsumexp(-1)
+
+
 def _fit(mask: np.ndarray, width: int) -> np.ndarray:
-    return mask[:width] if len(mask) >= width else np.pad(mask, (0, width - len(mask)))
+    if mask.shape[-1] >= width:
+        return mask[..., :width]
+    return np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, width - mask.shape[-1])])
 
 
 def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], base_model: Any = None,
@@ -157,7 +198,7 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
     Args:
         model: the model under test (a causal LM).
         tokenizer: its tokenizer (the keys' tokenizer).
-        rows: dicts with ``query``, ``key`` (the generating key, TSP or WIP) and ``response`` (or the
+        rows: dicts with ``query``, ``key`` (the generating key, all of one family) and ``response`` (or the
             sampled ``response_ids``); ``D_H1`` rows of ``D_cs`` are exactly this.
         base_model: the frozen reference that sees the query alone (the SDLP teacher without its
             bias). Default: ``model`` with its adapter disabled when it is a PEFT model, else ``model``
@@ -186,31 +227,30 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         raise ValueError("the probe needs at least one row (query, key, response)")
     view = vocabulary(tokenizer)
     keys = [as_key(r["key"]) for r in rows]
-    if any(k.family == "sa" for k in keys) or len({k.family for k in keys}) > 1:
-        raise ValueError("the key-swap probe takes rows of one family, TSP or WIP (SA has no per-token green set)")
+    if len({k.family for k in keys}) > 1:
+        raise ValueError(f"the key-swap probe takes rows of one family; got {sorted({k.family for k in keys})}")
     others = ([as_key(k) for k in other_keys] if other_keys is not None
               else [other_key(k, tokenizer, i) for i, k in enumerate(keys)])
     if len(others) != len(rows):
         raise ValueError(f"got {len(others)} other keys for {len(rows)} rows: pass one per row")
+    sa_table = sa_bias_rows(view) if keys[0].family == "sa" else None
     eos = tokenizer.eos_token_id
     items = []
     for row, key, alt in zip(rows, keys, others, strict=True):
         ids = list(row["response_ids"]) if row.get("response_ids") is not None else \
             tokenizer(row["response"], add_special_tokens=False)["input_ids"]
         ids = [t for t in ids if t != eos][:max_response_tokens]
-        scored = scored_mask(key, view)
-        pos = np.array([t for t, tok in enumerate(ids) if tok < len(scored) and scored[tok]], dtype=np.int64)
+        pos, own, swapped = _probe_sets(key, alt, ids, view, sa_table)
         if len(pos) == 0:
             continue
-        g_key, g_alt = green_mask(key, view), green_mask(alt, view)
-        s_alt = scored_mask(alt, view)
         q = row["query"]
         prompts = {name: tokenizer(chat_prompt(tokenizer, text), add_special_tokens=False)["input_ids"]
                    for name, text in (("key", key.prompt(q, tokenizer, template)),
                                       ("alt", alt.prompt(q, tokenizer, template)), ("plain", q))}
-        items.append((ids, pos, prompts, (scored, g_key), (s_alt, g_alt)))
+        items.append((ids, pos, prompts, own, swapped))
     if not items:
-        raise ValueError("no row has a scored token in its response: nothing to probe")
+        raise ValueError("no row has a scored position in its response (WIP/TSP: a scored token; SA: a sentence "
+                         "opening): nothing to probe")
     reference_ctx = _reference(model, base_model)
     lifts: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     positions = 0
@@ -279,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> KeySwapProbeReport:
     parser.add_argument("--model", required=True, help="model under test: smollm2, a folder (full or LoRA adapter)")
     parser.add_argument("--base_model", default="smollm2", help="frozen reference that sees the query alone")
     parser.add_argument("--dataset_name", required=True, help="held-out D_cs rows (a folder written by synthesize)")
-    parser.add_argument("--family", default="wip", choices=["wip", "tsp"])
+    parser.add_argument("--family", default="wip", choices=["wip", "tsp", "sa"])
     parser.add_argument("--num_rows", type=int, default=32)
     parser.add_argument("--max_response_tokens", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=4)

@@ -37,8 +37,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import Trainer
 
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
-from ..processors import AcrosticState, SentenceMoves, sa_bias_rows
-from ..vocab import VocabularyView, vocabulary
+from ..processors import sa_bias_codes, sa_bias_rows
+from ..vocab import vocabulary
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
 from .sdlp_config import SDLPConfig
 from .sdlp_data import tokenize_dataset, tokenize_row  # noqa: F401 (part of the SDLP API)
@@ -92,20 +92,6 @@ def sdlp_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, respon
     if response_mask is not None:
         kl = kl * response_mask.to(kl.dtype)
     return kl.sum(-1).mean()
-
-
-# ------------------------------------------------------------------------- perturbation
-def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView) -> list[int]:
-    r"""Replay the SA perturbation along a response with teacher forcing: per position ``t``,
-    the row of :func:`~icw.processors.sa_bias_rows` that is ``Delta_t`` (``SA_NO_BIAS`` when
-    inactive). The state machine is :class:`~icw.processors.AcrosticState`, the one
-    :class:`~icw.processors.SentenceAcrosticLogitsProcessor` runs, here over known tokens."""
-    row = AcrosticState(secret, SentenceMoves(view))
-    codes = []
-    for token in response_ids:
-        codes.append(row.bias_row())
-        row.observe(token)
-    return codes
 
 
 # ------------------------------------------------------------------------------ collator
