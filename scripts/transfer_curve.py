@@ -13,6 +13,8 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
         --steps 100 --every 25                                    # GRPO from that run's last checkpoint
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --plot docs/transfer_curves.png   # all tags
     .venv/bin/python scripts/transfer_curve.py --out runs/curve --tag wip-r16-c8-grpo --weight_shift  # ‖ΔW‖/‖W‖
+    .venv/bin/python scripts/transfer_curve.py --out runs/curve-sa192 --family sa --train_tokens 192 --tag sa-full-c8 \
+        --loss_split 16                            # the SDLP loss at bias-active positions and elsewhere, per checkpoint
     .venv/bin/python scripts/transfer_curve.py --out runs/curve-sa --family sa --tag sa-r16-orig --steps 400 \
         --auc_at 0,200,400 --num_eval 100 --relabel_copies 0      # SA: the probe at sentence openings
 
@@ -183,6 +185,63 @@ def print_weight_shift(model_dir: Path, base: Any) -> None:
     for step, path in sorted(saved.items()):
         shift = weight_shift(start_model(path, base), load_checkpoint(path, base))
         print(f"| {step} | {shift['lora_median']:.2e} | {shift['lora_max']:.2e} | {shift['all_median']:.2e} |", flush=True)
+
+
+def loss_split(model: Any, base: Any, tok: Any, rows: list[dict], family: str, max_tokens: int) -> dict[str, float]:
+    """Where a model's SDLP loss sits: the mean per-position KL(teacher || student) at positions where the teacher's
+    bias is active (SA: sentence openings; WIP and TSP: every position) and at the others, over ``rows`` (D_H1 rows:
+    query, key, response), with the training recipe's delta and top-k; also each part's share per row."""
+    import torch
+    from datasets import Dataset
+
+    from icw.train.sdlp import SDLPCollator, SDLPConfig, sdlp_loss, tokenize_dataset
+
+    config = SDLPConfig(output_dir="unused", max_response_length=max_tokens + 1, report_to="none")
+    ds = tokenize_dataset(Dataset.from_list([{"family": family, "label": 1, "query": r["query"], "key": r["key"],
+                                              "response": r["response"]} for r in rows]),
+                          tok, config.instruction_template, config.max_response_length, config.max_prompt_length)
+    collate = SDLPCollator(tok, base.config.vocab_size, config)
+    sums, counts = {"active": 0.0, "rest": 0.0}, {"active": 0, "rest": 0}
+    with torch.no_grad():
+        for start in range(0, len(ds), 4):
+            batch = collate([ds[i] for i in range(start, min(start + 4, len(ds)))])
+            index, responses = batch["bias_index"], batch["response_mask"].bool()
+            logits = {}
+            for side, m in (("teacher", base), ("student", model)):
+                out = m(input_ids=batch[f"{side}_input_ids"], attention_mask=batch[f"{side}_attention_mask"]).logits
+                logits[side] = out.gather(1, batch[f"{side}_positions"][..., None].expand(-1, -1, out.shape[-1]))
+            biased = batch["bias_rows"][index]  # (B, T, V): the collator sizes its rows to the model's vocabulary
+            delta = biased.float() * batch["bias_values"][index][..., None]
+            active = biased.any(-1) & responses
+            for part, mask in (("active", active), ("rest", responses & ~active)):
+                sums[part] += float(sdlp_loss(logits["student"], logits["teacher"], mask, delta,
+                                              config.top_k(family))) * len(index)
+                counts[part] += int(mask.sum())
+    total = sum(sums.values())
+    return {**{f"kl_per_position_{k}": sums[k] / max(counts[k], 1) for k in sums},
+            **{f"positions_{k}": counts[k] for k in counts}, "loss_per_row": total / len(ds),
+            "share_active": sums["active"] / total if total else float("nan")}
+
+
+def print_loss_split(run: ablation.Run, args: argparse.Namespace, model_dir: Path, num_rows: int) -> None:
+    """The table of :func:`loss_split` at step 0 and every checkpoint, on training answers under fresh keys (keys no
+    training row had) and on the probe's held-out rows (held-out questions and keys)."""
+    from icw.train.common import load_dcs
+    from icw.train.transfer import relabel_keys
+
+    base, tok = run.base()
+    train = relabel_keys(load_dcs(run.dcs(), [args.family], label=1).select(range(num_rows)), tok, seed=777_777)
+    sets = {"train answers, fresh keys": [dict(r) for r in train],
+            "held-out rows": run.dose()[args.family]["probe_rows"][:num_rows]}
+    print("| step | rows | KL per position, bias active / elsewhere | positions active / elsewhere "
+          "| loss per row | share at active positions |\n|---|---|---|---|---|---|")
+    for step, path in [(0, None), *sorted(checkpoints(model_dir).items())]:
+        model = base if path is None else load_checkpoint(path, base)
+        for name, rows in sets.items():
+            r = loss_split(model, base, tok, rows, args.family, args.train_tokens)
+            print(f"| {step} | {name} | {r['kl_per_position_active']:.3f} / {r['kl_per_position_rest']:.3f} "
+                  f"| {r['positions_active']} / {r['positions_rest']} | {r['loss_per_row']:.2f} "
+                  f"| {r['share_active']:.2f} |", flush=True)
 
 
 def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None,
@@ -364,6 +423,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
     parser.add_argument("--weight_shift", action="store_true",
                         help="print how far each checkpoint of --tag moved the weights from its start; no training")
+    parser.add_argument("--loss_split", type=int, default=0, metavar="N",
+                        help="print where each checkpoint's SDLP loss sits (bias-active positions or not) on N training "
+                             "answers under fresh keys and N held-out rows; no training")
     parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
     parser.add_argument("--data_only", action="store_true", help="only build D_cs and the probe rows, then stop")
     args = parser.parse_args(argv)
@@ -394,6 +456,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.data_only:
         return
     model_dir = out / "models" / args.tag
+    if args.loss_split:
+        print_loss_split(run, args, model_dir, args.loss_split)
+        return
     tag_dir = out / "curves" / args.tag
     tag_dir.mkdir(parents=True, exist_ok=True)
     if args.lr is None:

@@ -449,3 +449,20 @@ def test_transfer_curve_probes_sa_and_completes_a_cached_cell_without_redoing_it
     assert set(row["probe"]) == {"A", "B", "C", "plain"}
     assert row["probe"]["plain"][0] == 0.0  # step 0 is the base model: no instruction, no lift
     assert row["seconds"] > 1.0
+
+
+def test_transfer_curve_loss_split_puts_the_teachers_bias_at_sentence_openings(tmp_path):
+    """``--loss_split``: at step 0 (student = teacher's weights) SA's loss is the teacher's bias (delta 8) where it is
+    active, far above the instruction's own small effect elsewhere; and it names both row sets."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(tmp_path / "c"),
+                           "--model", "tiny", "--size", "tiny", "--family", "sa", "--tag", "sa", "--loss_split", "3"],
+                          check=True, cwd=ROOT, capture_output=True, text=True)
+    rows = re.findall(r"^\| 0 \| (.+?) \| ([\d.]+) / ([\d.]+) \| (\d+) / (\d+) \|", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["train answers, fresh keys", "held-out rows"], done.stdout
+    for _, active, rest, n_active, n_rest in rows:
+        assert int(n_active) > 0 and int(n_rest) > int(n_active)
+        assert float(active) > 10 * float(rest), done.stdout
