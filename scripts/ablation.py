@@ -201,11 +201,13 @@ class Run:
         config = path / "config.json"
         made = json.loads(config.read_text()) if config.exists() else {}
         made_by, length = made.get("model_name_or_path"), made.get("max_new_tokens")
+        counts, wanted = (made.get("num_h1"), made.get("num_h0")), ([self.size.num_h1], [self.size.num_h0])
         finished = (path / "data.parquet").exists()
-        if not finished or made_by != self.base_path or length != self.size.train_tokens:
+        if not finished or made_by != self.base_path or length != self.size.train_tokens or counts != wanted:
             raise SystemExit(f"ablation: {path} does not hold a finished D_cs of {self.base_path} with answers of "
-                             f"{self.size.train_tokens} tokens (data.parquet {'present' if finished else 'missing'}, "
-                             f"made by {made_by}, {length} tokens); delete {path} and "
+                             f"{self.size.train_tokens} tokens and {wanted[0][0]} + {wanted[1][0]} rows (data.parquet "
+                             f"{'present' if finished else 'missing'}, made by {made_by}, {length} tokens, "
+                             f"{counts[0]} + {counts[1]} rows); delete {path} and "
                              f"{self.out / 'cells' / 'dcs.json'} to rebuild it")
         return str(path)
 

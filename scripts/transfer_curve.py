@@ -20,7 +20,8 @@ TPR@1%FPR with bootstrap CIs). Every result is a cell cached under ``<out>/curve
 
 ``--lora_r 0`` trains all weights (the frozen teacher is then a copy), ``--lora_targets all-linear`` puts the
 adapters on every linear layer instead of q/v, ``--train_tokens 192`` builds ``D_cs`` (and the probe and dose cell)
-of 192-token answers instead of the size's; ``--relabel_copies`` trains each
+of 192-token answers instead of the size's, ``--num_h1 800`` of 800 ``D_H1`` answers (and 200 ``D_H0``);
+``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
 ``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
 ``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
@@ -397,6 +398,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", default="probe", choices=sorted(ablation.SIZES), help="the ablation size of the data")
     parser.add_argument("--train_tokens", type=int, default=None,
                         help="D_cs answer length (and the probe's; the dose cell: the teacher's delta at that length); default: the size's")
+    parser.add_argument("--num_h1", type=int, default=None,
+                        help="D_H1 answers in D_cs (D_H0: a quarter as many); default: the size's (probe: 160)")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--every", type=int, default=100, help="checkpoint and probe every this many steps")
     parser.add_argument("--batch", type=int, default=4)
@@ -443,6 +446,8 @@ def main(argv: list[str] | None = None) -> None:
 
         run.size = replace(run.size, train_tokens=args.train_tokens, dose_lengths=[args.train_tokens],
                            dose_deltas=[TRAIN_DELTA[args.family]])
+    if args.num_h1:
+        run.size = replace(run.size, num_h1=args.num_h1, num_h0=args.num_h1 // 4)
     args.train_tokens, args.base_path = run.size.train_tokens, run.base_path
     if args.weight_shift:
         print_weight_shift(out / "models" / args.tag, run.base()[0])

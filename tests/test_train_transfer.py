@@ -411,7 +411,8 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
 
 def test_transfer_curve_train_tokens_sets_the_dcs_length_and_refuses_a_cached_one_of_another(tmp_path):
     """``--train_tokens`` writes D_cs answers (and the dose cell) of that length under the teacher's delta; the
-    same ``--out`` asked for another length is refused with the paths to delete, never silently reused."""
+    same ``--out`` asked for another length or another ``--num_h1`` is refused with the paths to delete, never
+    silently reused."""
     import json
     import subprocess
     import sys
@@ -427,6 +428,8 @@ def test_transfer_curve_train_tokens_sets_the_dcs_length_and_refuses_a_cached_on
     assert again.returncode != 0
     assert "with answers of 16 tokens" in again.stderr and "20 tokens" in again.stderr
     assert str(out / "dcs") in again.stderr
+    more = subprocess.run([*cmd, "--train_tokens", "20", "--num_h1", "8"], cwd=ROOT, capture_output=True, text=True)
+    assert more.returncode != 0 and "8 + 2 rows" in more.stderr, more.stderr  # more answers asked: not the cached ones
 
 
 def test_transfer_curve_probes_sa_and_completes_a_cached_cell_without_redoing_it(tmp_path):
