@@ -249,11 +249,11 @@ def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: i
              last: int = -1) -> dict:
     """The key-swap probe and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint.
 
-    Cached in ``step-<step>.json``; a cached cell gets what it lacks (a cell written before SA had a probe gets
-    one, a step newly named in ``--auc_at`` gets its detection) and keeps the rest."""
+    Cached in ``step-<step>.json``; a cached cell gets what it lacks (an SA cell written before the probe's split
+    by acrostic state gets the probe, a step newly named in ``--auc_at`` gets its detection) and keeps the rest."""
     cell = tag_dir / f"step-{step}.json"
     row: dict[str, Any] = json.loads(cell.read_text()) if cell.exists() else {"step": step}
-    probe_due = "probe" not in row
+    probe_due = "probe" not in row or (args.family == "sa" and "by_state" not in row["probe"])
     detection_due = "detection" not in row and (step in args.auc_at or (step == last and -1 in args.auc_at))
     if not (probe_due or detection_due):
         return row
@@ -268,6 +268,9 @@ def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: i
         probe = key_swap_probe(model, tok, rows, base_model=base, max_response_tokens=args.train_tokens,
                                other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i) for i, r in enumerate(rows)])
         row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
+        if probe.by_state:  # SA: [mean, s.e., positions] by the acrostic's state before the opening
+            row["probe"]["by_state"] = {c: {state: [st.mean, st.stderr, st.num_positions] for state, st in v.items()}
+                                        for c, v in probe.by_state.items()}
     if detection_due:
         row["detection"] = heldout_detection(run, model, tok, args, tag_dir / f"answers-step-{step}.jsonl")
     row["seconds"] = round(row.get("seconds", 0) + time.time() - t0, 1)

@@ -156,6 +156,12 @@ def test_sa_probe_scores_sentence_openings_on_the_letter_the_secret_asks_for(tin
     assert report["plain"].mean == pytest.approx(0.0, abs=1e-2)
     assert report["C"].mean < -0.05  # told the other secret: its letters, never the writer's, gain
     assert report["B"].num_positions == 16  # four sentence openings in each of the four answers
+    # by the acrostic's state: the writer's own secret (A) never misses on its first letter; every state lifts by delta
+    assert set(report.by_state["A"]) >= {"first letter"} and report.by_state["A"]["first letter"].num_positions == 4
+    assert sum(s.num_positions for s in report.by_state["B"].values()) == 16
+    for state in report.by_state["B"].values():
+        assert state.mean == pytest.approx(DELTA, abs=0.05)
+    assert "after a miss" in report.to_markdown() and "by_state" in report.to_dict()
     fixed = ShiftedSA(model, tok, responses, fixed=first)
     report = key_swap_probe(fixed, tok, rows, base_model=model, other_keys=[second] * 4)
     assert report["A"].mean == pytest.approx(DELTA, abs=1e-2) and report["C"].mean == pytest.approx(DELTA, abs=1e-2)

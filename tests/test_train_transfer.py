@@ -449,7 +449,8 @@ def test_transfer_curve_probes_sa_and_completes_a_cached_cell_without_redoing_it
                    check=True, cwd=ROOT, capture_output=True, text=True)
     row = json.loads(cell.read_text())
     assert row["detection"] == detection  # cached, not regenerated
-    assert set(row["probe"]) == {"A", "B", "C", "plain"}
+    assert set(row["probe"]) == {"A", "B", "C", "plain", "by_state"}
+    assert "first letter" in row["probe"]["by_state"]["B"]
     assert row["probe"]["plain"][0] == 0.0  # step 0 is the base model: no instruction, no lift
     assert row["seconds"] > 1.0
 

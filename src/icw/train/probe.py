@@ -36,13 +36,17 @@ import torch
 
 from ..generation import chat_prompt
 from ..keys import ICWKey, as_key, green_mask, scored_mask
-from ..processors import SA_NO_BIAS, SentenceMoves, sa_bias_codes, sa_bias_rows
+from ..processors import SA_NO_BIAS, AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
 
 #: First key seed of the probe's "other" keys: disjoint from ICWBench's test seeds (small) and
 #: from the training pool (>= 1,000,000).
 PROBE_SEED_OFFSET = 900_000
 CONDITIONS = ("A", "B", "C", "plain")
+#: SA: where the scoring key's acrostic stands before a probed opening: its first letter; the letter after an
+#: advance (a hit, or the third miss); the same letter again after a miss. Relabelled training answers (written
+#: under another key) show a student mostly the third, the student's own on-key answers mostly the second.
+SA_STATES = ("first letter", "after an advance", "after a miss")
 _MEANING = {"A": "prompt key = generating key, scored on its green set",
             "B": "prompt key = another key, scored on the prompt key's set (reading the instruction)",
             "C": "prompt key = another key, scored on the generating key's set (reading the prefix)",
@@ -86,19 +90,28 @@ class KeySwapProbeReport:
     statistic: str = ("log-odds lift of the next scored token being green, model (given prompt) minus "
                       "base model (query alone); per-row mean over positions, mean ± s.e. over rows")
     per_row: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    by_state: dict[str, dict[str, ProbeStat]] = field(default_factory=dict)
 
     def __getitem__(self, condition: str) -> ProbeStat:
         return self.stats[condition]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, "statistic": self.statistic,
-                **{c: asdict(s) for c, s in self.stats.items()}}
+        out = {"family": self.family, "statistic": self.statistic, **{c: asdict(s) for c, s in self.stats.items()}}
+        if self.by_state:
+            out["by_state"] = {c: {state: asdict(s) for state, s in v.items()} for c, v in self.by_state.items()}
+        return out
 
     def to_markdown(self) -> str:
         lines = [f"Key-swap probe ({self.family.upper()}): {self.statistic}", "",
                  "| Condition | Lift (mean ± s.e.) | Rows | Positions | Meaning |", "|---|---|---|---|---|"]
         for c, s in self.stats.items():
             lines.append(f"| {c} | {s.mean:+.3f} ± {s.stderr:.3f} | {s.num_rows} | {s.num_positions} | {s.meaning} |")
+        if self.by_state:
+            lines += ["", "By the acrostic's state before the opening (mean ± s.e. over positions):", "",
+                      "| Condition | " + " | ".join(SA_STATES) + " |", "|---|" + "---|" * len(SA_STATES)]
+            lines += [f"| {c} | " + " | ".join(f"{v[t].mean:+.3f} ± {v[t].stderr:.3f} (n={v[t].num_positions})"
+                                               if t in v else "" for t in SA_STATES) + " |"
+                      for c, v in self.by_state.items()]
         return "\n".join(lines)
 
 
@@ -139,24 +152,37 @@ def _sa_sets(table: np.ndarray, codes: np.ndarray) -> Sets:
     return halves[codes // 26], table[codes]
 
 
-def _probe_sets(key: ICWKey, alt: ICWKey, ids: list[int], view: VocabularyView,
-                sa_table: np.ndarray | None) -> tuple[np.ndarray, Sets, Sets]:
-    """The probe positions of a response and the (scored, green) masks of the generating key and of the other."""
+def _sa_replay(secret: str, ids: list[int], moves: SentenceMoves) -> tuple[np.ndarray, np.ndarray]:
+    """The SA bias row before each token (as :func:`~icw.processors.sa_bias_codes`) and the index in
+    :data:`SA_STATES` of the acrostic's state there."""
+    state, codes, states = AcrosticState(secret, moves), [], []
+    for token in ids:
+        codes.append(state.bias_row())
+        states.append(2 if state.misses else int(state.target > 0))
+        state.observe(token)
+    return np.array(codes, dtype=np.int64), np.array(states, dtype=np.int64)
+
+
+def _probe_sets(key: ICWKey, alt: ICWKey, ids: list[int], view: VocabularyView, sa_table: np.ndarray | None
+                ) -> tuple[np.ndarray, Sets, Sets, tuple[np.ndarray, np.ndarray] | None]:
+    """The probe positions of a response, the (scored, green) masks of the generating key and of the other, and
+    (SA) each key's acrostic state at the positions."""
     if key.family == "sa":
         moves = SentenceMoves(view)
-        codes = [np.array(sa_bias_codes(k.secret_string, ids, view, moves), dtype=np.int64) for k in (key, alt)]
-        pos = np.flatnonzero((codes[0] != SA_NO_BIAS) & (codes[1] != SA_NO_BIAS))
-        return pos, _sa_sets(sa_table, codes[0][pos]), _sa_sets(sa_table, codes[1][pos])
+        (own, own_states), (swapped, alt_states) = (_sa_replay(k.secret_string, ids, moves) for k in (key, alt))
+        pos = np.flatnonzero((own != SA_NO_BIAS) & (swapped != SA_NO_BIAS))
+        return (pos, _sa_sets(sa_table, own[pos]), _sa_sets(sa_table, swapped[pos]),
+                (own_states[pos], alt_states[pos]))
     scored = scored_mask(key, view)
     pos = np.array([t for t, tok in enumerate(ids) if tok < len(scored) and scored[tok]], dtype=np.int64)
-    return pos, (scored, green_mask(key, view)), (scored_mask(alt, view), green_mask(alt, view))
+    return pos, (scored, green_mask(key, view)), (scored_mask(alt, view), green_mask(alt, view)), None
 
 
 @torch.no_grad()
 def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]], sets: list[list[Sets]],
-              positions: list[np.ndarray]) -> list[list[float]]:
-    """For each row and each (scored, green) pair of masks: the mean over the row's probe positions of
-    ``lo_t``; one forward per row batch (right padding)."""
+              positions: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """For each row and each (scored, green) pair of masks: ``lo_t`` at the row's probe positions; one forward
+    per row batch (right padding)."""
     device = next(model.parameters()).device
     seqs = [p + r for p, r in zip(prompts, responses, strict=True)]
     width = max(len(s) for s in seqs)
@@ -174,7 +200,7 @@ def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]], 
             s = torch.as_tensor(_fit(scored, logp.shape[-1]), device=device)
             g = torch.as_tensor(_fit(green, logp.shape[-1]), device=device) & s
             lo = _logsumexp_on(logp, g) - _logsumexp_on(logp, s & ~g)
-            row.append(float(lo.mean()))
+            row.append(lo.cpu().numpy())
         out.append(row)
     return out
 
@@ -210,7 +236,8 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         batch_size: rows per forward pass.
 
     Returns:
-        A :class:`KeySwapProbeReport` with conditions ``A``, ``B``, ``C`` and ``plain``.
+        A :class:`KeySwapProbeReport` with conditions ``A``, ``B``, ``C`` and ``plain``; for SA also each
+        condition by the acrostic's state before the opening (:data:`SA_STATES`, ``by_state``).
 
     Example:
         >>> from icw.models import load_tokenizer
@@ -240,19 +267,20 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         ids = list(row["response_ids"]) if row.get("response_ids") is not None else \
             tokenizer(row["response"], add_special_tokens=False)["input_ids"]
         ids = [t for t in ids if t != eos][:max_response_tokens]
-        pos, own, swapped = _probe_sets(key, alt, ids, view, sa_table)
+        pos, own, swapped, states = _probe_sets(key, alt, ids, view, sa_table)
         if len(pos) == 0:
             continue
         q = row["query"]
         prompts = {name: tokenizer(chat_prompt(tokenizer, text), add_special_tokens=False)["input_ids"]
                    for name, text in (("key", key.prompt(q, tokenizer, template)),
                                       ("alt", alt.prompt(q, tokenizer, template)), ("plain", q))}
-        items.append((ids, pos, prompts, own, swapped))
+        items.append((ids, pos, prompts, own, swapped, states))
     if not items:
         raise ValueError("no row has a scored position in its response (WIP/TSP: a scored token; SA: a sentence "
                          "opening): nothing to probe")
     reference_ctx = _reference(model, base_model)
     lifts: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    by_state: dict[str, dict[int, list[np.ndarray]]] = {c: {} for c in CONDITIONS}
     positions = 0
     for start in range(0, len(items), batch_size):
         part = items[start : start + batch_size]
@@ -263,15 +291,25 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         plain = _log_odds(model, [it[2]["plain"] for it in part], resp, [[it[3]] for it in part], pos)
         with reference_ctx() as ref:
             base = _log_odds(ref, [it[2]["plain"] for it in part], resp, [[it[3], it[4]] for it in part], pos)
-        for b in range(len(part)):
-            lifts["A"].append(a[b][0] - base[b][0])
-            lifts["B"].append(bc[b][0] - base[b][1])
-            lifts["C"].append(bc[b][1] - base[b][0])
-            lifts["plain"].append(plain[b][0] - base[b][0])
+        for b, item in enumerate(part):
+            per_position = {"A": a[b][0] - base[b][0], "B": bc[b][0] - base[b][1], "C": bc[b][1] - base[b][0],
+                            "plain": plain[b][0] - base[b][0]}
+            for c, lift in per_position.items():
+                lifts[c].append(float(lift.mean()))
+                if item[5] is not None:  # SA: B is scored on the other key's acrostic, the rest on the writer's
+                    states = item[5][1] if c == "B" else item[5][0]
+                    for state in np.unique(states):
+                        by_state[c].setdefault(int(state), []).append(lift[states == state])
     n = len(items)
     stats = {c: ProbeStat(c, float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(n)) if n > 1 else float("nan"),
                           n, positions, _MEANING[c]) for c, v in lifts.items()}
-    return KeySwapProbeReport(keys[0].family, stats, per_row=lifts)
+    states_report = {}
+    for c, found in by_state.items():
+        for state, parts in sorted(found.items()):
+            v = np.concatenate(parts)
+            se = float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+            states_report.setdefault(c, {})[SA_STATES[state]] = ProbeStat(c, float(v.mean()), se, len(parts), len(v))
+    return KeySwapProbeReport(keys[0].family, stats, per_row=lifts, by_state=states_report)
 
 
 def _reference(model: Any, base_model: Any) -> Any:
