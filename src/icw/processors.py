@@ -443,8 +443,7 @@ class AcrosticState:
                 self.misses += 1
 
 
-def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView,
-                  moves: SentenceMoves | None = None) -> list[int]:
+def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView) -> list[int]:
     r"""Replay the SA perturbation along a known response (teacher forcing): per position ``t``, the row
     of :func:`sa_bias_rows` that is ``Delta_t`` (:data:`SA_NO_BIAS` when inactive), by the
     :class:`AcrosticState` that :class:`SentenceAcrosticLogitsProcessor` runs while generating.
@@ -453,9 +452,8 @@ def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView
         secret (`str`): the SA secret ``S``.
         response_ids (`Sequence[int]`): the response's token ids.
         view (`VocabularyView`): the tokenizer's vocabulary facts.
-        moves (`SentenceMoves`, *optional*): memoized transitions to share between calls.
     """
-    row = AcrosticState(secret, moves or SentenceMoves(view))
+    row = AcrosticState(secret, SentenceMoves(view))
     codes = []
     for token in response_ids:
         codes.append(row.bias_row())
