@@ -83,6 +83,8 @@ class KeySwapProbeReport:
         stats (`dict[str, ProbeStat]`): one :class:`ProbeStat` per condition.
         statistic (`str`, *optional*): what the lift measures, in words.
         per_row (`dict[str, list[float]]`, *optional*): each condition's per-row lifts.
+        by_state (`dict[str, dict[str, ProbeStat]]`, *optional*): SA: each condition by the acrostic's state
+            before the opening (:data:`SA_STATES`), mean ± s.e. over positions.
     """
 
     family: str
