@@ -53,7 +53,7 @@ case "${1:-}" in
     # package or CUDA path shows here, before the long call
     for family in wip sa; do
       python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --model tiny --size tiny --family "$family" --out "runs/smoke-$family" \
-        --tag smoke --lora_r 0 --lr 5e-5 --steps 100000 --every 20 --batch 2 --relabel_copies 2 --num_eval 6 \
+        --tag smoke --lora_r 0 --lr 5e-5 --steps 100000 --every 100 --batch 2 --relabel_copies 2 --num_eval 6 \
         --eval_tokens 16 --gen_batch 6 --train_seconds 20 > "runs/smoke-$family.log" 2>&1 &
     done
     status=0; for job in $(jobs -p); do wait "$job" || status=1; done
@@ -77,10 +77,15 @@ sa sa-full-orig --relabel_copies 0"}
     train=$(( start + total - 150 - $(date +%s) ))
     common=(--device "${DEVICE:-cuda}" --size curve --lora_r 0 --lr 5e-5 --batch 16 --steps 100000 --every 100 --num_eval 300
             --eval_tokens 384 --gen_batch 300 --auc_at 0,-1)
+    based=""
     while read -r family tag options; do
       # shellcheck disable=SC2086  # the run's options are words
       python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
         --tag "$tag" --train_seconds "$train" > "runs/train-$tag.log" 2>&1 &
+      # the base model's held-out detection once per family (the same D_cs, questions and keys); a later run of
+      # that family gives --auc_at -1 among its options, or its trainer evaluates step 0 after training
+      [[ " $based " == *" $family "* ]] && continue
+      based="$based $family"
       python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
         --tag "$tag" --no_train --auc_at 0 > "runs/base-$tag.log" 2>&1 &
     done <<< "$runs"

@@ -87,6 +87,8 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
            "--loss_chunk_size", "512"]
     if args.relabel_copies:
         cmd += ["--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
+        if args.keep_original:
+            cmd += ["--relabel_keep_original", "true"]
     if args.curriculum:
         cmd += ["--relabel_curriculum", *args.curriculum.split(",")]
     if args.lora_r:
@@ -287,6 +289,7 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
     from icw.detection import detection_report
     from icw.generation import generate_responses
     from icw.perplexity import perplexities
+    from icw.train.probe import acrostic_transitions
     from icw.verification import verify
 
     queries, keys = run.eval_items(args.family, args.num_eval)
@@ -314,7 +317,9 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
             "mean_length_instructed": float(np.mean([len(i) for i in pos_ids])),
             "mean_length_plain": float(np.mean([len(i) for i in neg_ids])),
             "median_ppl_instructed": float(np.median(ppl["instructed"])) if ppl["instructed"] else float("nan"),
-            "median_ppl_plain": float(np.median(ppl["plain"])) if ppl["plain"] else float("nan")}
+            "median_ppl_plain": float(np.median(ppl["plain"])) if ppl["plain"] else float("nan"),
+            # SA: hit and repeat rates of the answers' own openings, by what the previous opening did
+            **({"transitions": acrostic_transitions(pos, keys)} if args.family == "sa" else {})}
 
 
 def training_log(model_dir: Path) -> list[dict]:
@@ -412,6 +417,8 @@ def main(argv: list[str] | None = None) -> None:
                                                "(default: trl's, q_proj and v_proj)")
     parser.add_argument("--relabel_copies", type=int, default=8,
                         help="fresh keys per D_H1 answer; 0 trains each answer under the key it was written with")
+    parser.add_argument("--keep_original", action="store_true",
+                        help="train each answer under its writer's key too, beside the --relabel_copies fresh ones")
     parser.add_argument("--curriculum", help="pool sizes of a key curriculum, e.g. 1,8,0 (stages in order, 0: a key "
                                              "per row; --relabel_copies copies per stage)")
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")

@@ -20,7 +20,7 @@ import torch
 from icw import ICWKey
 from icw.keys import green_mask
 from icw.processors import sa_bias_codes, sa_bias_rows
-from icw.train.probe import key_swap_probe, other_key
+from icw.train.probe import acrostic_transitions, key_swap_probe, other_key
 from icw.vocab import vocabulary
 
 DELTA = 2.0
@@ -173,6 +173,26 @@ def test_sa_other_key_keeps_the_secret_length_and_differs(qwen3):
     key = ICWKey.create("sa", seed=7, length=18)
     other = other_key(key, qwen3, 3)
     assert len(other.secret_string) == 18 and other.secret_string != key.secret_string
+
+
+def test_acrostic_transitions_follow_the_verifier_through_hits_misses_and_repeats():
+    key = ICWKey.create("sa", seed=3, length=4)
+    s = key.secret_string
+    assert len(set(s)) == 4  # no letter repeats, so a repeat is never a hit
+    wrong = next(c for c in "QXZJ" if c not in s)
+    # an on-key answer walks the whole secret, then its extra sentences are not read
+    walk = " ".join(f"{c}x." for c in s) + " Zz. Zz."
+    # holding the first letter: a hit, then repeats that miss; the third miss in a row moves the acrostic on
+    hold = f"{s[0]}a. {s[0]}b. {s[0]}c. {s[0]}d. {wrong}e."
+    t = acrostic_transitions([walk, hold], [key, key.to_string()])
+    assert t["first letter"] == (1.0, 0.0, 2)
+    # walk: 3 hits after hits; hold: s0 after the hit on s0 misses and repeats
+    assert t["after a hit"] == (3 / 4, 1 / 4, 4)
+    # hold after its misses: s0 twice more (repeats; the second is the third miss and moves on to s2), then the
+    # wrong letter: three openings, none a hit
+    assert t["after a miss"] == (0.0, 2 / 3, 3)
+    with pytest.raises(ValueError):
+        acrostic_transitions([walk], [key, key])
 
 
 def test_probe_rejects_rows_of_mixed_families(tiny_qwen):

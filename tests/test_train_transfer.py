@@ -100,6 +100,22 @@ def test_relabel_copies_train_each_response_under_several_fresh_keys(qwen3):
         SDLPConfig(output_dir="unused", report_to="none", relabel_copies=0)
 
 
+def test_relabel_keep_original_adds_fresh_copies_to_the_writers_rows(qwen3):
+    original = _dcs(qwen3)
+    mixed = relabel_keys(original, qwen3, copies=2, keep_original=True)
+    positives = [i for i, label in enumerate(original["label"]) if label]
+    assert len(mixed) == len(original) + 2 * len(positives)
+    head = mixed.select(range(len(original)))  # the writers' rows first, unchanged
+    assert head["key"] == original["key"] and head["generating_key"] == original["key"]
+    tail = mixed.select(range(len(original), len(mixed)))
+    assert set(tail["generating_key"]) == {original[i]["key"] for i in positives}
+    assert not {row["key"] for row in tail} & {original[i]["key"] for i in positives}
+    with pytest.raises(ValueError, match="relabel_keep_original"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_keep_original=True)
+    with pytest.raises(ValueError, match="relabel_keep_original"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_keep_original=True, relabel_curriculum=[1, 0])
+
+
 def test_relabel_curriculum_reads_one_key_then_a_few_then_a_key_per_row(qwen3, tmp_path):
     from datasets import Dataset
 

@@ -412,12 +412,13 @@ class AcrosticState:
 
     Args:
         secret (`str`): the SA secret ``S`` (upper-case letters).
-        moves (`SentenceMoves`): the tokenizer's shared, memoized automaton transitions.
+        moves (`SentenceMoves` or `None`): the tokenizer's shared, memoized automaton transitions (`None`:
+            text already split into sentence-initial letters, fed one at a time to :meth:`read`).
     """
 
     max_misses = 3
 
-    def __init__(self, secret: str, moves: SentenceMoves) -> None:
+    def __init__(self, secret: str, moves: SentenceMoves | None = None) -> None:
         self.secret, self.moves = secret.upper(), moves
         self.state: SentenceState = START
         self.target = self.misses = 0
@@ -435,12 +436,19 @@ class AcrosticState:
         self.state, letters = self.moves(self.state, token)
         self.letters += letters
         for letter in letters:
-            if self.target >= len(self.secret):
-                break
-            if letter == self.secret[self.target] or self.misses + 1 >= self.max_misses:
-                self.target, self.misses = self.target + 1, 0
-            else:
-                self.misses += 1
+            self.read(letter)
+
+    def read(self, letter: str) -> bool:
+        """Advance past one sentence-initial letter: on a hit, or on the ``max_misses``-th miss in a row.
+        Returns whether it hit; always `False` once the secret is spent."""
+        if self.target >= len(self.secret):
+            return False
+        hit = letter == self.secret[self.target]
+        if hit or self.misses + 1 >= self.max_misses:
+            self.target, self.misses = self.target + 1, 0
+        else:
+            self.misses += 1
+        return hit
 
 
 def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView) -> list[int]:

@@ -25,7 +25,7 @@ SETTINGS = {
     "common": ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs",
                "max_steps", "lr_scheduler_type", "seed"),
     "sdlp": ("max_response_length", "relabel_keys", "relabel_num_keys", "relabel_curriculum", "relabel_copies",
-             "lmbda"),
+             "relabel_keep_original", "lmbda"),
     "grpo": ("num_generations", "max_completion_length", "loss_type", "beta", "temperature"),
 }
 
@@ -53,8 +53,9 @@ def _keys(recipe: str, args: Any) -> str:
         pool = (f"a curriculum of pools {' -> '.join(str(n or 'a key per row') for n in stages)}" if stages else
                 f"a pool of {args.relabel_num_keys} per family" if args.relabel_num_keys else "a new key per row")
         text = (f"each D_H1 answer trained under fresh keys of its family (relabel_keys: {pool}, "
-                f"{args.relabel_copies} cop{'ies' if args.relabel_copies > 1 else 'y'} of each answer), not the key "
-                "that wrote it.")
+                f"{args.relabel_copies} cop{'ies' if args.relabel_copies > 1 else 'y'} of each answer), "
+                + ("beside the key that wrote it." if getattr(args, "relabel_keep_original", False) else
+                   "not the key that wrote it."))
     elif recipe == "grpo":
         text = "each prompt carries its D_H1 row's key; the reward is the verifier's z under that key."
     else:

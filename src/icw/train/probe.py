@@ -314,6 +314,49 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
     return KeySwapProbeReport(keys[0].family, stats, per_row=lifts, by_state=states_report)
 
 
+#: SA, free-running answers: what the previous sentence opening did before an opening.
+TRANSITIONS = ("first letter", "after a hit", "after a miss")
+
+
+def acrostic_transitions(texts: Sequence[str], keys: Sequence[ICWKey | str]) -> dict[str, tuple[float, float, int]]:
+    """How generated SA answers walk through their secrets, opening by opening: the verifier's sentence-initial
+    letters (:func:`~icw.text.sentence_initials`) read by :class:`~icw.processors.AcrosticState` (advance on a
+    hit or on the third miss in a row). Per :data:`TRANSITIONS` state: the hit rate (the opening has the letter
+    the secret asks for), the repeat rate (it has the previous opening's letter) and the number of openings,
+    pooled over answers until each secret is spent.
+
+    The key-swap probe teacher-forces answers whose acrostic state is given; this reads the model's own
+    answers, where a model that lifts the asked letter may still prefer another one. A model that holds a
+    letter across sentences (the miss regime that relabelled SA rows teach) repeats after a hit, where the
+    acrostic has moved on.
+
+    Args:
+        texts (`Sequence[str]`): generated answers.
+        keys (`Sequence[ICWKey | str]`): the SA key each answer was asked to follow, one per text.
+
+    Example:
+        >>> key = ICWKey.create("sa", seed=0)
+        >>> s = key.secret_string
+        >>> acrostic_transitions([f"{s[0]}a. {s[1]}b. {s[1]}c. {s[2]}d."], [key])  # hit, hit, repeat, hit
+        {'first letter': (1.0, 0.0, 1), 'after a hit': (0.5, 0.5, 2), 'after a miss': (1.0, 0.0, 1)}
+    """
+    from ..text import sentence_initials
+
+    counts = {state: [0, 0, 0] for state in TRANSITIONS}  # hits, repeats, openings
+    for text, key in zip(texts, keys, strict=True):
+        state, previous = AcrosticState(as_key(key).secret_string), None
+        for letter in sentence_initials(text).upper():
+            if state.target >= len(state.secret):
+                break
+            where = counts[TRANSITIONS[0] if previous is None else TRANSITIONS[1] if previous[1] else TRANSITIONS[2]]
+            hit = state.read(letter)
+            where[0] += hit
+            where[1] += previous is not None and letter == previous[0]
+            where[2] += 1
+            previous = (letter, hit)
+    return {state: (h / n, r / n, n) for state, (h, r, n) in counts.items() if n}
+
+
 def _reference(model: Any, base_model: Any) -> Any:
     from contextlib import contextmanager, nullcontext
 

@@ -326,7 +326,8 @@ class SDLPTrainer(Trainer):
             if relabel and args.relabel_curriculum:
                 ds = relabel_curriculum(ds, processing_class, args.relabel_curriculum, args.seed, args.relabel_copies)
             elif relabel:
-                ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys, args.relabel_copies)
+                ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys, args.relabel_copies,
+                                  args.relabel_keep_original)
             return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
                                     args.max_prompt_length)
 

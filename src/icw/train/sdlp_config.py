@@ -82,6 +82,10 @@ class SDLPConfig(TrainingArguments):
         relabel_copies (`int`, *optional*, defaults to `1`):
             With ``relabel_keys``: train each ``D_H1`` response this many times, each time under its
             own fresh key (more distinct key/response pairs from the same answers).
+        relabel_keep_original (`bool`, *optional*, defaults to `False`):
+            With ``relabel_keys``: also train each row under the key that wrote it, beside its
+            ``relabel_copies`` relabelled copies (SA: relabelled rows only show the acrostic after
+            misses, the writers' rows show it advancing after hits). Not with ``relabel_curriculum``.
         lmbda (`float`, *optional*, defaults to `0.0`):
             Fraction of batches trained on-policy, as trl's GKD: the student samples the responses
             from instruction + query (transformers ``generate``) and the teacher (frozen base, query
@@ -158,6 +162,9 @@ class SDLPConfig(TrainingArguments):
     relabel_copies: int = field(
         default=1, metadata={"help": "With relabel_keys: train each D_H1 response this many times, each under its "
                                      "own fresh key."})
+    relabel_keep_original: bool = field(
+        default=False, metadata={"help": "With relabel_keys: also train each row under the key that wrote it, beside "
+                                         "its relabel_copies relabelled copies."})
     lmbda: float = field(
         default=0.0, metadata={"help": "Fraction of batches trained on-policy: the student samples the responses "
                                        "from instruction + query and the teacher scores them (as in trl's GKD)."})
@@ -175,6 +182,9 @@ class SDLPConfig(TrainingArguments):
             raise ValueError(f"relabel_copies must be >= 1, got {self.relabel_copies}")
         if self.relabel_num_keys < 0:
             raise ValueError(f"relabel_num_keys must be >= 0 (0: a fresh key per row), got {self.relabel_num_keys}")
+        if self.relabel_keep_original and (self.relabel_curriculum or not self.relabel_keys):
+            raise ValueError("relabel_keep_original adds relabelled copies to the writers' rows: set relabel_keys "
+                             "(and no relabel_curriculum)")
         if self.relabel_curriculum:
             if self.relabel_num_keys or min(self.relabel_curriculum) < 0:
                 raise ValueError(f"relabel_curriculum {self.relabel_curriculum} gives each stage's pool size (each >= 0, "

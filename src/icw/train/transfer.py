@@ -47,7 +47,8 @@ def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, nu
     return ICWKey.create(key.family, new_seed, tokenizer if key.family != "sa" else None, **params)
 
 
-def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0, copies: int = 1) -> Any:
+def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0, copies: int = 1,
+                 keep_original: bool = False) -> Any:
     """``D_cs`` with every ``D_H1`` key replaced by :func:`relabel_key` (the writing key is kept in
     ``generating_key``); ``D_H0`` rows are unchanged.
 
@@ -58,6 +59,9 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
         num_keys (`int`, defaults to 0): draw from a pool of this many keys (0: a fresh key per row).
         copies (`int`, defaults to 1): each ``D_H1`` row appears this many times, each under its own
             fresh key (``D_H0`` rows once): more distinct key/response pairs from the same answers.
+        keep_original (`bool`, defaults to `False`): also keep each row under the key that wrote it,
+            before the ``copies`` relabelled copies of each ``D_H1`` row. Relabelled SA rows show the
+            acrostic only after misses; the writers' rows show it advancing after hits.
     """
     import datasets
 
@@ -71,10 +75,15 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
 
         return ds.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
 
-    parts = [relabel(dataset, 0)]
-    if copies > 1:
+    if keep_original:
+        original = dataset.map(lambda row: {"generating_key": row.get("key") or ""}, desc="keeping the writers' keys")
         positives = dataset.filter(lambda row: bool(int(row.get("label", 1)) and row.get("key")))
-        parts += [relabel(positives, copy * len(dataset)) for copy in range(1, copies)]
+        parts = [original] + [relabel(positives, copy * len(dataset)) for copy in range(1, copies + 1)]
+    else:
+        parts = [relabel(dataset, 0)]
+        if copies > 1:
+            positives = dataset.filter(lambda row: bool(int(row.get("label", 1)) and row.get("key")))
+            parts += [relabel(positives, copy * len(dataset)) for copy in range(1, copies)]
     return datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
