@@ -100,6 +100,21 @@ def test_relabel_copies_train_each_response_under_several_fresh_keys(qwen3):
         SDLPConfig(output_dir="unused", report_to="none", relabel_copies=0)
 
 
+def test_relabel_families_leaves_the_other_families_under_their_writers_keys(qwen3):
+    original = _dcs(qwen3)  # 3 WIP D_H1 rows, 1 SA D_H1 row, 1 WIP D_H0 row
+    joint = relabel_keys(original, qwen3, copies=3, families=["wip"])
+    assert len(joint) == len(original) + 2 * 3  # SA's row once, like D_H0
+    sa = [row for row in joint if row["family"] == "sa"]
+    assert len(sa) == 1 and sa[0]["key"] == sa[0]["generating_key"] == original[3]["key"]
+    wip = [row for row in joint if row["family"] == "wip" and row["label"]]
+    assert len(wip) == 9 and all(row["key"] != row["generating_key"] for row in wip)
+    config = make_parser().parse_args_and_config(["--output_dir", "unused", "--use_cpu", "true", "--relabel_keys",
+                                                  "true", "--relabel_families", "wip", "tsp"])[1]
+    assert config.relabel_families == ["wip", "tsp"]
+    with pytest.raises(ValueError, match="relabel_families"):
+        SDLPConfig(output_dir="unused", report_to="none", relabel_keys=True, relabel_families=["acrostic"])
+
+
 def test_relabel_keep_original_adds_fresh_copies_to_the_writers_rows(qwen3):
     original = _dcs(qwen3)
     mixed = relabel_keys(original, qwen3, copies=2, keep_original=True)

@@ -25,7 +25,7 @@ SETTINGS = {
     "common": ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_train_epochs",
                "max_steps", "lr_scheduler_type", "seed"),
     "sdlp": ("max_response_length", "relabel_keys", "relabel_num_keys", "relabel_curriculum", "relabel_copies",
-             "relabel_keep_original", "lmbda"),
+             "relabel_keep_original", "relabel_families", "lmbda"),
     "grpo": ("num_generations", "max_completion_length", "loss_type", "beta", "temperature"),
 }
 

@@ -324,10 +324,11 @@ class SDLPTrainer(Trainer):
                     raise ValueError("relabel_keys needs D_cs before tokenization (the student prompt shows the key)")
                 return ds
             if relabel and args.relabel_curriculum:
-                ds = relabel_curriculum(ds, processing_class, args.relabel_curriculum, args.seed, args.relabel_copies)
+                ds = relabel_curriculum(ds, processing_class, args.relabel_curriculum, args.seed, args.relabel_copies,
+                                        args.relabel_families)
             elif relabel:
                 ds = relabel_keys(ds, processing_class, args.seed, args.relabel_num_keys, args.relabel_copies,
-                                  args.relabel_keep_original)
+                                  args.relabel_keep_original, args.relabel_families)
             return tokenize_dataset(ds, processing_class, args.instruction_template, args.max_response_length,
                                     args.max_prompt_length)
 

@@ -8,6 +8,7 @@ from typing import Any
 from transformers import TrainingArguments
 from transformers import __version__ as transformers_version
 
+from ..keys import FAMILIES
 from .hparams import SDLP_TRAINING, TRAIN_DELTA, TRAIN_TOP_K
 
 #: Teacher top-k support as the config's integer fields store it (0: the full vocabulary).
@@ -86,6 +87,10 @@ class SDLPConfig(TrainingArguments):
             With ``relabel_keys``: also train each row under the key that wrote it, beside its
             ``relabel_copies`` relabelled copies (SA: relabelled rows only show the acrostic after
             misses, the writers' rows show it advancing after hits). Not with ``relabel_curriculum``.
+        relabel_families (`list[str]` or `None`, *optional*, defaults to `None`):
+            With ``relabel_keys``: relabel only these families' ``D_H1`` rows, the others train once under
+            their writers' keys (`None`: every family). WIP transfers with fresh keys, SA only with its
+            writers' keys, so a joint model wants ``["wip", "tsp"]``.
         lmbda (`float`, *optional*, defaults to `0.0`):
             Fraction of batches trained on-policy, as trl's GKD: the student samples the responses
             from instruction + query (transformers ``generate``) and the teacher (frozen base, query
@@ -165,6 +170,9 @@ class SDLPConfig(TrainingArguments):
     relabel_keep_original: bool = field(
         default=False, metadata={"help": "With relabel_keys: also train each row under the key that wrote it, beside "
                                          "its relabel_copies relabelled copies."})
+    relabel_families: list[str] | None = field(
+        default=None, metadata={"help": "With relabel_keys: relabel only these families' D_H1 rows, the others "
+                                        "train under their writers' keys (default: every family)."})
     lmbda: float = field(
         default=0.0, metadata={"help": "Fraction of batches trained on-policy: the student samples the responses "
                                        "from instruction + query and the teacher scores them (as in trl's GKD)."})
@@ -185,6 +193,8 @@ class SDLPConfig(TrainingArguments):
         if self.relabel_keep_original and (self.relabel_curriculum or not self.relabel_keys):
             raise ValueError("relabel_keep_original adds relabelled copies to the writers' rows: set relabel_keys "
                              "(and no relabel_curriculum)")
+        if self.relabel_families is not None and not set(self.relabel_families) <= set(FAMILIES):
+            raise ValueError(f"relabel_families {self.relabel_families}: each must be one of {', '.join(FAMILIES)}")
         if self.relabel_curriculum:
             if self.relabel_num_keys or min(self.relabel_curriculum) < 0:
                 raise ValueError(f"relabel_curriculum {self.relabel_curriculum} gives each stage's pool size (each >= 0, "

@@ -48,7 +48,7 @@ def relabel_key(key: ICWKey | str, tokenizer: Any, index: int, seed: int = 0, nu
 
 
 def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0, copies: int = 1,
-                 keep_original: bool = False) -> Any:
+                 keep_original: bool = False, families: Sequence[str] | None = None) -> Any:
     """``D_cs`` with every ``D_H1`` key replaced by :func:`relabel_key` (the writing key is kept in
     ``generating_key``); ``D_H0`` rows are unchanged.
 
@@ -62,32 +62,37 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
         keep_original (`bool`, defaults to `False`): also keep each row under the key that wrote it,
             before the ``copies`` relabelled copies of each ``D_H1`` row. Relabelled SA rows show the
             acrostic only after misses; the writers' rows show it advancing after hits.
+        families (`Sequence[str]` or `None`, defaults to `None`): relabel only these families' rows; the
+            others stay once under their writers' keys, as ``D_H0`` rows (`None`: every family). A joint
+            model wants WIP relabelled and SA not (docs/training-transfer.md).
     """
     import datasets
+
+    def relabelled(row: dict[str, Any]) -> bool:
+        return bool(int(row.get("label", 1)) and row.get("key")) and (families is None or row.get("family") in families)
 
     def relabel(ds: Any, offset: int) -> Any:
         def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
             old = row.get("key") or ""
-            if not (int(row.get("label", 1)) and old):
+            if not relabelled(row):
                 return {"key": old, "generating_key": old}
             return {"key": relabel_key(old, tokenizer, offset + index, seed, num_keys).to_string(),
                     "generating_key": old}
 
         return ds.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
 
+    extra = copies if keep_original else copies - 1  # relabelled copies beside the first part
+    positives = dataset.filter(relabelled) if extra else None
     if keep_original:
-        original = dataset.map(lambda row: {"generating_key": row.get("key") or ""}, desc="keeping the writers' keys")
-        positives = dataset.filter(lambda row: bool(int(row.get("label", 1)) and row.get("key")))
-        parts = [original] + [relabel(positives, copy * len(dataset)) for copy in range(1, copies + 1)]
+        first = dataset.map(lambda row: {"generating_key": row.get("key") or ""}, desc="keeping the writers' keys")
     else:
-        parts = [relabel(dataset, 0)]
-        if copies > 1:
-            positives = dataset.filter(lambda row: bool(int(row.get("label", 1)) and row.get("key")))
-            parts += [relabel(positives, copy * len(dataset)) for copy in range(1, copies)]
+        first = relabel(dataset, 0)
+    parts = [first] + [relabel(positives, copy * len(dataset)) for copy in range(1, extra + 1)]
     return datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
 
 
-def relabel_curriculum(dataset: Any, tokenizer: Any, stages: Sequence[int], seed: int = 0, copies: int = 1) -> Any:
+def relabel_curriculum(dataset: Any, tokenizer: Any, stages: Sequence[int], seed: int = 0, copies: int = 1,
+                       families: Sequence[str] | None = None) -> Any:
     """``D_cs`` once per stage, in stage order: stage ``s`` is :func:`relabel_keys` with a pool of
     ``stages[s]`` keys per family (0: a key per row), shuffled within itself. Read in order (the trainer's
     sequential sampler), the student first learns one key, then a few, then keys it sees once.
@@ -98,6 +103,7 @@ def relabel_curriculum(dataset: Any, tokenizer: Any, stages: Sequence[int], seed
         stages (`Sequence[int]`): pool size of each stage, e.g. ``[1, 8, 0]``.
         seed (`int`, defaults to 0): seed of the relabelling and of each stage's shuffle.
         copies (`int`, defaults to 1): copies of each ``D_H1`` row within a stage (as in :func:`relabel_keys`).
+        families (`Sequence[str]` or `None`, defaults to `None`): the families relabelled (as in :func:`relabel_keys`).
 
     Example:
         >>> from datasets import Dataset
@@ -109,7 +115,7 @@ def relabel_curriculum(dataset: Any, tokenizer: Any, stages: Sequence[int], seed
     """
     import datasets
 
-    return datasets.concatenate_datasets([relabel_keys(dataset, tokenizer, seed + s, n, copies).shuffle(seed=seed + s)
+    return datasets.concatenate_datasets([relabel_keys(dataset, tokenizer, seed + s, n, copies, families=families).shuffle(seed=seed + s)
                                           .flatten_indices() for s, n in enumerate(stages)])
 
 
