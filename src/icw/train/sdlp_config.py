@@ -85,8 +85,8 @@ class SDLPConfig(TrainingArguments):
             own fresh key (more distinct key/response pairs from the same answers).
         relabel_keep_original (`bool`, *optional*, defaults to `False`):
             With ``relabel_keys``: also train each row under the key that wrote it, beside its
-            ``relabel_copies`` relabelled copies (SA: relabelled rows only show the acrostic after
-            misses, the writers' rows show it advancing after hits). Not with ``relabel_curriculum``.
+            ``relabel_copies`` relabelled copies. Not with ``relabel_curriculum``. (On SA it broke held-out
+            detection that the writers' keys alone reached: see ``relabel_families``.)
         relabel_families (`list[str]` or `None`, *optional*, defaults to `None`):
             With ``relabel_keys``: relabel only these families' ``D_H1`` rows, the others train once under
             their writers' keys (`None`: every family). WIP transfers with fresh keys, SA only with its

@@ -60,8 +60,8 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
         copies (`int`, defaults to 1): each ``D_H1`` row appears this many times, each under its own
             fresh key (``D_H0`` rows once): more distinct key/response pairs from the same answers.
         keep_original (`bool`, defaults to `False`): also keep each row under the key that wrote it,
-            before the ``copies`` relabelled copies of each ``D_H1`` row. Relabelled SA rows show the
-            acrostic only after misses; the writers' rows show it advancing after hits.
+            before the ``copies`` relabelled copies of each ``D_H1`` row. (For SA this hurt: the relabelled
+            copies teach a letter held across openings, docs/training-transfer.md.)
         families (`Sequence[str]` or `None`, defaults to `None`): relabel only these families' rows; the
             others stay once under their writers' keys, as ``D_H0`` rows (`None`: every family). A joint
             model wants WIP relabelled and SA not (docs/training-transfer.md).
