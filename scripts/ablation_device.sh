@@ -8,7 +8,8 @@
 #                                                     # stages the first half, then a tiny-model check on the GPU
 #   device 2: scripts/ablation_device.sh curve        # carry [".whl", ".gl/smollm2.gguf.part-ab"]; CURVE_SECONDS
 #                                                     # (default 540): learning curves side by side, CURVE_RUNS
-#                                                     # (lines "family tag options"; default WIP and SA, full FT)
+#                                                     # (lines "family tag options"; default WIP and SA, full FT;
+#                                                     # family "wip,sa": one joint model, its D_cs in runs/gpu-wip+sa)
 #   or        scripts/ablation_device.sh run          # the same carry; the ablation table (resumable, ~25 min)
 #
 # A later session carries the D_cs and cells that came back (runs/gpu-<family>/dcs and /cells, a few MB
@@ -69,7 +70,7 @@ sa sa-full-orig --relabel_copies 0"}
     # data per family side by side, then every run's training (until 150 s before the end) beside the base
     # model's evaluation; each trainer's process then evaluates its checkpoints
     for family in $(cut -d" " -f1 <<< "$runs" | sort -u); do
-      python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --size curve ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
+      python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --size curve ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-${family//,/+}" \
         --data_only > "runs/data-$family.log" 2>&1 &
     done
     for job in $(jobs -p); do wait "$job" || { tail -n 30 runs/data-*.log; exit 1; }; done
@@ -80,13 +81,13 @@ sa sa-full-orig --relabel_copies 0"}
     based=""
     while read -r family tag options; do
       # shellcheck disable=SC2086  # the run's options are words
-      python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
+      python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-${family//,/+}" \
         --tag "$tag" --train_seconds "$train" > "runs/train-$tag.log" 2>&1 &
       # the base model's held-out detection once per family (the same D_cs, questions and keys); a later run of
       # that family gives --auc_at -1 among its options, or its trainer evaluates step 0 after training
       [[ " $based " == *" $family "* ]] && continue
       based="$based $family"
-      python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-$family" \
+      python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-${family//,/+}" \
         --tag "$tag" --no_train --auc_at 0 > "runs/base-$tag.log" 2>&1 &
     done <<< "$runs"
     while [ -n "$(jobs -rp)" ] && [ "$(date +%s)" -lt $(( start + total - 20 )) ]; do sleep 5; done

@@ -24,6 +24,8 @@ of 192-token answers instead of the size's, ``--num_h1 800`` of 800 ``D_H1`` ans
 ``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
 ``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
+``--family wip,sa --relabel_families wip`` trains one joint model on both families' ``D_cs``, WIP's answers under
+fresh keys and SA's under the keys that wrote them (in as many copies), and evaluates it per family.
 ``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
 time-limited device command; rerunning resumes); ``--device cuda`` trains and evaluates on the GPU
 (bf16 autocast for training).
@@ -79,7 +81,7 @@ def _recipe(cmd: list[str], out: Path, seconds: float = 0) -> None:
 def train(args: argparse.Namespace, data: str, out: Path) -> None:
     """SDLP with relabelled keys through ``recipes/sdlp.py``, a checkpoint every ``--every`` steps."""
     cmd = ["recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
-           "--model_name_or_path", args.base_path, "--dataset_name", data, "--families", args.family,
+           "--model_name_or_path", args.base_path, "--dataset_name", data, "--families", *args.families,
            "--output_dir", str(out), "--report_to", "none", "--seed", "0", *ablation.device_flags(args.device),
            "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
            "--learning_rate", str(args.lr), "--max_steps", str(args.steps), "--lr_scheduler_type", "constant",
@@ -89,6 +91,8 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
         cmd += ["--relabel_keys", "true", "--relabel_copies", str(args.relabel_copies)]
         if args.keep_original:
             cmd += ["--relabel_keep_original", "true"]
+        if args.relabel_families:
+            cmd += ["--relabel_families", *args.relabel_families.split(",")]
     if args.curriculum:
         cmd += ["--relabel_curriculum", *args.curriculum.split(",")]
     if args.lora_r:
@@ -99,10 +103,10 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
 def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> None:
     """GRPO (trl ``loss_type="grpo"``, the verifier's z as reward, LoRA) from the merged model ``start``."""
     _recipe(["recipes/grpo.py", "--config", "recipes/configs/smollm2-135m/grpo.yaml", "--model_name_or_path",
-             str(start), "--dataset_name", data, "--families", args.family, "--output_dir", str(out), "--seed", "0",
+             str(start), "--dataset_name", data, "--families", *args.families, "--output_dir", str(out), "--seed", "0",
              "--max_steps", str(args.steps), "--save_steps", str(args.every), "--logging_steps", "5",
              "--resume_from_checkpoint", "last", "--num_generations", str(args.generations),
-             "--per_device_train_batch_size", str(args.generations), "--max_completion_length",
+             "--per_device_train_batch_size", str(args.generations * args.prompts), "--max_completion_length",
              str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
              "--learning_rate", str(args.lr), "--gradient_checkpointing", "false", *lora_flags(args),
              *ablation.device_flags(args.device)], out, args.train_seconds)
@@ -233,55 +237,73 @@ def print_loss_split(run: ablation.Run, args: argparse.Namespace, model_dir: Pat
     from icw.train.transfer import relabel_keys
 
     base, tok = run.base()
-    train = relabel_keys(load_dcs(run.dcs(), [args.family], label=1).select(range(num_rows)), tok, seed=777_777)
+    (family,) = args.families
+    train = relabel_keys(load_dcs(run.dcs(), [family], label=1).select(range(num_rows)), tok, seed=777_777)
     sets = {"train answers, fresh keys": [dict(r) for r in train],
-            "held-out rows": run.dose()[args.family]["probe_rows"][:num_rows]}
+            "held-out rows": run.dose()[family]["probe_rows"][:num_rows]}
     print("| step | rows | KL per position, bias active / elsewhere | positions active / elsewhere "
           "| loss per row | share at active positions |\n|---|---|---|---|---|---|")
     for step, path in [(0, None), *sorted(checkpoints(model_dir).items())]:
         model = base if path is None else load_checkpoint(path, base)
         for name, rows in sets.items():
-            r = loss_split(model, base, tok, rows, args.family, args.train_tokens)
+            r = loss_split(model, base, tok, rows, family, args.train_tokens)
             print(f"| {step} | {name} | {r['kl_per_position_active']:.3f} / {r['kl_per_position_rest']:.3f} "
                   f"| {r['positions_active']} / {r['positions_rest']} | {r['loss_per_row']:.2f} "
                   f"| {r['share_active']:.2f} |", flush=True)
 
 
-def evaluate(run: ablation.Run, args: argparse.Namespace, tag_dir: Path, step: int, path: Path | None,
-             last: int = -1) -> dict:
-    """The key-swap probe and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint.
+def curve_dirs(out: Path, args: argparse.Namespace) -> dict[str, Path]:
+    """Where each family's cells of the run go: ``<out>/curves/<tag>``, or ``<tag>-<family>`` per family of a joint
+    model (each with ``run.json``: the model's tag and the family, for the plot's loss curve)."""
+    dirs = {f: out / "curves" / (args.tag if len(args.families) == 1 else f"{args.tag}-{f}") for f in args.families}
+    for family, path in dirs.items():
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "run.json").write_text(json.dumps({"model": args.tag, "family": family}))
+    return dirs
+
+
+def evaluate(run: ablation.Run, args: argparse.Namespace, dirs: dict[str, Path], step: int, path: Path | None,
+             last: int = -1) -> dict[str, dict]:
+    """The key-swap probe and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint, for
+    every family of the run (``dirs``: :func:`curve_dirs`).
 
     Cached in ``step-<step>.json``; a cached cell gets what it lacks (an SA cell written before the probe's split
     by acrostic state gets the probe, a step newly named in ``--auc_at`` gets its detection) and keeps the rest."""
-    cell = tag_dir / f"step-{step}.json"
-    row: dict[str, Any] = json.loads(cell.read_text()) if cell.exists() else {"step": step}
-    probe_due = "probe" not in row or (args.family == "sa" and "by_state" not in row["probe"])
-    detection_due = "detection" not in row and (step in args.auc_at or (step == last and -1 in args.auc_at))
-    if not (probe_due or detection_due):
-        return row
-    from icw import ICWKey
-    from icw.train.probe import key_swap_probe, other_key
+    rows, model = {}, None
+    for family, tag_dir in dirs.items():
+        cell = tag_dir / f"step-{step}.json"
+        row: dict[str, Any] = json.loads(cell.read_text()) if cell.exists() else {"step": step}
+        rows[family] = row
+        probe_due = "probe" not in row or (family == "sa" and "by_state" not in row["probe"])
+        detection_due = "detection" not in row and (step in args.auc_at or (step == last and -1 in args.auc_at))
+        if not (probe_due or detection_due):
+            continue
+        from icw import ICWKey
+        from icw.train.probe import key_swap_probe, other_key
 
-    t0 = time.time()
-    base, tok = run.base()
-    model = base if path is None else load_checkpoint(path, base)
-    if probe_due:
-        rows = run.dose()[args.family]["probe_rows"]
-        probe = key_swap_probe(model, tok, rows, base_model=base, max_response_tokens=args.train_tokens,
-                               other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i) for i, r in enumerate(rows)])
-        row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
-        if probe.by_state:  # SA: [mean, s.e., positions] by the acrostic's state before the opening
-            row["probe"]["by_state"] = {c: {state: [st.mean, st.stderr, st.num_positions] for state, st in v.items()}
-                                        for c, v in probe.by_state.items()}
-    if detection_due:
-        row["detection"] = heldout_detection(run, model, tok, args, tag_dir / f"answers-step-{step}.jsonl")
-    row["seconds"] = round(row.get("seconds", 0) + time.time() - t0, 1)
-    cell.write_text(json.dumps(row))
-    print(f"transfer_curve: step {step}: " + json.dumps(row), flush=True)
-    return row
+        t0 = time.time()
+        base, tok = run.base()
+        if model is None:
+            model = base if path is None else load_checkpoint(path, base)
+        if probe_due:
+            probe_rows = run.dose()[family]["probe_rows"]
+            probe = key_swap_probe(model, tok, probe_rows, base_model=base, max_response_tokens=args.train_tokens,
+                                   other_keys=[other_key(ICWKey.from_string(r["key"]), tok, i)
+                                               for i, r in enumerate(probe_rows)])
+            row["probe"] = {c: [st.mean, st.stderr] for c, st in probe.stats.items()}
+            if probe.by_state:  # SA: [mean, s.e., positions] by the acrostic's state before the opening
+                row["probe"]["by_state"] = {c: {state: [st.mean, st.stderr, st.num_positions] for state, st in v.items()}
+                                            for c, v in probe.by_state.items()}
+        if detection_due:
+            row["detection"] = heldout_detection(run, model, tok, args, family, tag_dir / f"answers-step-{step}.jsonl")
+        row["seconds"] = round(row.get("seconds", 0) + time.time() - t0, 1)
+        cell.write_text(json.dumps(row))
+        print(f"transfer_curve: step {step}{'' if len(dirs) == 1 else f' ({family})'}: " + json.dumps(row), flush=True)
+    return rows
 
 
-def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Namespace, answers: Path) -> dict:
+def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Namespace, family: str,
+                      answers: Path) -> dict:
     """Instructed vs plain answers on held-out questions and keys: AUC and TPR@1%FPR, the verdict rate and the
     false-positive rate at alpha = 0.01, answer length and PPL under the base model; the answers go to ``answers``."""
     import numpy as np
@@ -292,7 +314,7 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
     from icw.train.probe import acrostic_transitions
     from icw.verification import verify
 
-    queries, keys = run.eval_items(args.family, args.num_eval)
+    queries, keys = run.eval_items(family, args.num_eval)
     gen = {"max_new_tokens": args.eval_tokens, "batch_size": args.gen_batch, "return_token_ids": True}
     pos, pos_ids = generate_responses(model, tok, queries, keys, "instruction", **gen)
     neg, neg_ids = generate_responses(model, tok, queries, None, "plain", seed=1, **gen)
@@ -319,7 +341,33 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
             "median_ppl_instructed": float(np.median(ppl["instructed"])) if ppl["instructed"] else float("nan"),
             "median_ppl_plain": float(np.median(ppl["plain"])) if ppl["plain"] else float("nan"),
             # SA: hit and repeat rates of the answers' own openings, by what the previous opening did
-            **({"transitions": acrostic_transitions(pos, keys)} if args.family == "sa" else {})}
+            **({"transitions": acrostic_transitions(pos, keys)} if family == "sa" else {})}
+
+
+def paired_comparison(before: Path, after: Path, alpha: float = 0.01) -> dict[str, float]:
+    """Two held-out evaluations of the same questions and keys (``answers-step-<n>.jsonl`` files), paired by question.
+
+    Verdicts (p <= ``alpha``) by the exact McNemar test (null: a question flagged only before is as likely as one
+    flagged only after; two-sided binomial over the discordant pairs) and instructed z by the Wilcoxon signed-rank
+    test (null: the paired differences are symmetric about 0). Sampling alone moves answers across alpha, so a
+    verdict rate's change means something only against its discordant pairs.
+    """
+    import statistics
+
+    from scipy.stats import binomtest, wilcoxon
+
+    rows = [[json.loads(line) for line in path.read_text().splitlines()] for path in (before, after)]
+    if [(r["query"], r["key"]) for r in rows[0]] != [(r["query"], r["key"]) for r in rows[1]]:
+        raise SystemExit(f"transfer_curve: {before} and {after} do not hold the same questions and keys in order")
+    flags = [[r["p_instructed"] <= alpha for r in side] for side in rows]
+    only_before = sum(a and not b for a, b in zip(*flags, strict=True))
+    only_after = sum(b and not a for a, b in zip(*flags, strict=True))
+    diffs = [b["z_instructed"] - a["z_instructed"] for a, b in zip(*rows, strict=True)]
+    return {"questions": len(diffs), "flagged_both": sum(a and b for a, b in zip(*flags, strict=True)),
+            "flagged_only_before": only_before, "flagged_only_after": only_after,
+            "mcnemar_p": binomtest(only_after, only_before + only_after).pvalue if only_before + only_after else 1.0,
+            "mean_z_difference": statistics.mean(diffs), "median_z_difference": statistics.median(diffs),
+            "wilcoxon_p": float(wilcoxon(diffs).pvalue) if any(diffs) else 1.0}
 
 
 def training_log(model_dir: Path) -> list[dict]:
@@ -347,7 +395,8 @@ def plot(out: Path, target: str) -> None:
         cells = sorted((json.loads(p.read_text()) for p in tag.glob("step-*.json")), key=lambda c: c["step"])
         if not cells:
             continue
-        history = training_log(out / "models" / tag.name)
+        meta = tag / "run.json"  # a joint model's curves, one per family, share its training log
+        history = training_log(out / "models" / (json.loads(meta.read_text())["model"] if meta.exists() else tag.name))
         signal = "reward" if any("reward" in h for h in history) else "loss"
         logged = [h for h in history if signal in h]
         axes[3].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})")
@@ -402,7 +451,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/curve", help="the ablation folder whose D_cs and probe rows are used")
     parser.add_argument("--tag", default="wip-r16-c8", help="this run's name (its folder under <out>/curves)")
-    parser.add_argument("--family", default="wip", choices=["wip", "tsp", "sa"])
+    parser.add_argument("--family", default="wip",
+                        help="wip, sa or tsp; several comma-separated train one joint model on all their D_cs, its "
+                             "cells per family under <out>/curves/<tag>-<family>")
     parser.add_argument("--size", default="probe", choices=sorted(ablation.SIZES), help="the ablation size of the data")
     parser.add_argument("--train_tokens", type=int, default=None,
                         help="D_cs answer length (and the probe's; the dose cell: the teacher's delta at that length); default: the size's")
@@ -419,6 +470,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="fresh keys per D_H1 answer; 0 trains each answer under the key it was written with")
     parser.add_argument("--keep_original", action="store_true",
                         help="train each answer under its writer's key too, beside the --relabel_copies fresh ones")
+    parser.add_argument("--relabel_families", help="relabel only these comma-separated families' answers (a joint "
+                                                   "model: wip); the others train under their writers' keys")
     parser.add_argument("--curriculum", help="pool sizes of a key curriculum, e.g. 1,8,0 (stages in order, 0: a key "
                                              "per row; --relabel_copies copies per stage)")
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
@@ -431,7 +484,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="stop training after this many seconds and evaluate what was saved (0: no limit)")
     parser.add_argument("--grpo_from", help="a finished SDLP tag: run GRPO from its newest checkpoint instead "
                                             "('base': from the base model, the ablation's +GRPO row)")
-    parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt (one prompt a step)")
+    parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt")
+    parser.add_argument("--prompts", type=int, default=1, help="GRPO prompts a step (each with --generations "
+                                                               "completions: one prompt's group is a noisy advantage)")
     parser.add_argument("--completion_tokens", type=int, default=120, help="GRPO completion length")
     parser.add_argument("--plot", help="write the PNG of every tag to this path (and print the table); no training")
     parser.add_argument("--weight_shift", action="store_true",
@@ -439,23 +494,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loss_split", type=int, default=0, metavar="N",
                         help="print where each checkpoint's SDLP loss sits (bias-active positions or not) on N training "
                              "answers under fresh keys and N held-out rows; no training")
+    parser.add_argument("--paired", nargs=2, metavar=("BEFORE", "AFTER"),
+                        help="compare two held-out evaluations of the same questions and keys, paired by question "
+                             "(answers-step-<n>.jsonl files); no training")
     parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
     parser.add_argument("--data_only", action="store_true", help="only build D_cs and the probe rows, then stop")
     args = parser.parse_args(argv)
     args.auc_at = {int(s) for s in args.auc_at.split(",") if s.strip()}
+    from icw.keys import FAMILIES
+
+    args.families = [f.strip() for f in args.family.split(",") if f.strip()]
+    for family in args.families + (args.relabel_families or "").split(","):
+        if family and family not in FAMILIES:
+            parser.error(f"unknown family {family!r}: give wip, sa or tsp (comma-separated for a joint model)")
+    if args.loss_split and len(args.families) != 1:
+        parser.error("--loss_split takes one --family")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out = Path(args.out)
     if args.plot:
         plot(out, args.plot)
         return
+    if args.paired:
+        print(json.dumps(paired_comparison(*map(Path, args.paired)), indent=1))
+        return
     run = ablation.Run(argparse.Namespace(size=args.size, device=args.device, model=args.model, out=str(out),
-                                          stop_after=0, variants=["base"], families=args.family,
+                                          stop_after=0, variants=["base"], families=",".join(args.families),
                                           relabel_copies=args.relabel_copies))
     if args.train_tokens:  # the dose cell then shows what the teacher's own bias does at that length
         from icw.train.hparams import TRAIN_DELTA
 
         run.size = replace(run.size, train_tokens=args.train_tokens, dose_lengths=[args.train_tokens],
-                           dose_deltas=[TRAIN_DELTA[args.family]])
+                           dose_deltas=sorted({TRAIN_DELTA[f] for f in args.families}))
     if args.num_h1:
         run.size = replace(run.size, num_h1=args.num_h1, num_h0=args.num_h1 // 4)
     args.train_tokens, args.base_path = run.size.train_tokens, run.base_path
@@ -464,9 +533,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     data = run.dcs()
     built = {row["family"] for row in json.loads((Path(data) / "stats.json").read_text())}
-    if args.family not in built:
+    if not set(args.families) <= built:
         raise SystemExit(f"transfer_curve: {data} holds D_cs of {sorted(built)}, not {args.family}: "
-                         "give each family its own --out")
+                         "give each family (or joint set of families) its own --out")
     run.dose()
     if args.data_only:
         return
@@ -474,8 +543,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.loss_split:
         print_loss_split(run, args, model_dir, args.loss_split)
         return
-    tag_dir = out / "curves" / args.tag
-    tag_dir.mkdir(parents=True, exist_ok=True)
+    dirs = curve_dirs(out, args)
     if args.lr is None:
         args.lr = 1e-5 if args.grpo_from else 2e-4
     if args.no_train:
@@ -488,9 +556,9 @@ def main(argv: list[str] | None = None) -> None:
     saved = checkpoints(model_dir)
     last = max(saved, default=0)
     if args.grpo_from in (None, "base"):  # GRPO's step 0 from SDLP is that run's last step, probed there
-        evaluate(run, args, tag_dir, 0, None, last)
+        evaluate(run, args, dirs, 0, None, last)
     for step, path in sorted(saved.items()):
-        evaluate(run, args, tag_dir, step, path, last)
+        evaluate(run, args, dirs, step, path, last)
 
 
 if __name__ == "__main__":

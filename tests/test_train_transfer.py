@@ -103,9 +103,9 @@ def test_relabel_copies_train_each_response_under_several_fresh_keys(qwen3):
 def test_relabel_families_leaves_the_other_families_under_their_writers_keys(qwen3):
     original = _dcs(qwen3)  # 3 WIP D_H1 rows, 1 SA D_H1 row, 1 WIP D_H0 row
     joint = relabel_keys(original, qwen3, copies=3, families=["wip"])
-    assert len(joint) == len(original) + 2 * 3  # SA's row once, like D_H0
-    sa = [row for row in joint if row["family"] == "sa"]
-    assert len(sa) == 1 and sa[0]["key"] == sa[0]["generating_key"] == original[3]["key"]
+    assert len(joint) == len(original) + 2 * 4  # every D_H1 row three times, D_H0 once
+    sa = [row for row in joint if row["family"] == "sa"]  # SA keeps its share, under its writer's key
+    assert len(sa) == 3 and {(row["key"], row["generating_key"]) for row in sa} == {(original[3]["key"],) * 2}
     wip = [row for row in joint if row["family"] == "wip" and row["label"]]
     assert len(wip) == 9 and all(row["key"] != row["generating_key"] for row in wip)
     config = make_parser().parse_args_and_config(["--output_dir", "unused", "--use_cpu", "true", "--relabel_keys",
@@ -354,6 +354,29 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
             "| 3.50 / 2.75 | 300 / 250 |") in table
 
 
+def test_transfer_curve_paired_comparison_counts_discordant_verdicts(tmp_path):
+    """Two evaluations of the same questions and keys, paired: McNemar over the questions whose verdict changed (an
+    exact binomial, so 3 against 1 is p = 0.625), Wilcoxon over the z differences; other questions are refused."""
+    import json
+
+    curve = _transfer_curve()
+
+    def answers(name: str, p_values: list[float], z: list[float], key: str = "k") -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"query": f"q{i}", "key": key, "p_instructed": p, "z_instructed": zi}) + "\n"
+                                for i, (p, zi) in enumerate(zip(p_values, z, strict=True))))
+        return path
+
+    before = answers("before.jsonl", [0.001, 0.005, 0.01, 0.2, 0.3, 0.5], [3.0, 2.8, 2.5, 1.0, 0.5, 0.0])
+    after = answers("after.jsonl", [0.5, 0.001, 0.002, 0.004, 0.008, 0.009], [0.1, 3.1, 3.0, 2.9, 2.7, 2.6])
+    result = curve.paired_comparison(before, after)
+    assert (result["flagged_both"], result["flagged_only_before"], result["flagged_only_after"]) == (2, 1, 3)
+    assert abs(result["mcnemar_p"] - 0.625) < 1e-12
+    assert abs(result["mean_z_difference"] - (14.4 - 9.8) / 6) < 1e-12 and 0 < result["wilcoxon_p"] < 1
+    with pytest.raises(SystemExit, match="same questions and keys"):
+        curve.paired_comparison(before, answers("other.jsonl", [0.5] * 6, [0.0] * 6, key="other"))
+
+
 def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job(tmp_path, capsys):
     """``--train_seconds`` ends the recipe with SIGINT (the Trainer keeps its finished checkpoints), also when the
     script runs as a shell's background job, which starts with SIGINT ignored (a device run stopped 60 s late)."""
@@ -438,6 +461,54 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
         assert "B" in json.loads((out / "curves" / tag / "step-1.json").read_text())["probe"]
     assert targets["qv"] == {"q_proj", "v_proj"}
     assert targets["all"] == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+
+def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_path, capsys):
+    """``--family wip,sa --relabel_families wip``: one SDLP run on both families' D_cs (WIP relabelled, SA on its
+    writers' keys), then each family's probe and held-out detection in its own curve folder, which the plot reads
+    with the joint run's loss; an unknown family is refused before anything runs."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "joint"
+    cmd = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+           "--size", "tiny", "--tag", "joint", "--steps", "2", "--every", "2", "--batch", "2", "--auc_at", "2",
+           "--num_eval", "4", "--eval_tokens", "12", "--gen_batch", "4", "--relabel_copies", "2"]
+    subprocess.run([*cmd, "--family", "wip,sa", "--relabel_families", "wip"], check=True, cwd=ROOT,
+                   capture_output=True, text=True)
+    command = (out / "models" / "joint" / "command.txt").read_text()
+    assert "--families wip sa " in command and "--relabel_families wip " in command
+    for family in ("wip", "sa"):
+        folder = out / "curves" / f"joint-{family}"
+        assert json.loads((folder / "run.json").read_text()) == {"model": "joint", "family": family}
+        cell = json.loads((folder / "step-2.json").read_text())
+        assert cell["detection"]["num_positive"] == 4 and {"A", "B", "C", "plain"} <= set(cell["probe"])
+        assert ("transitions" in cell["detection"]) == (family == "sa") == ("by_state" in cell["probe"])
+        assert (folder / "answers-step-2.jsonl").exists() and (folder / "step-0.json").exists()
+    curve = _transfer_curve()
+    curve.plot(out, str(tmp_path / "joint.png"))
+    assert "| joint-sa | 2 |" in capsys.readouterr().out
+    bad = subprocess.run([*cmd, "--family", "wip,acrostic"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown family 'acrostic'" in bad.stderr
+
+
+def test_transfer_curve_grpo_takes_several_prompts_a_step(tmp_path):
+    """``--grpo_from base --prompts 2``: each GRPO step draws two prompts with their ``--generations`` completions,
+    so two steps cover the tiny D_cs's four WIP prompts once (the trainer's epoch), and every checkpoint is probed."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "curve"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+                    "--size", "tiny", "--tag", "grpo", "--grpo_from", "base", "--steps", "2", "--every", "2",
+                    "--prompts", "2", "--generations", "2", "--completion_tokens", "8", "--auc_at", ""],
+                   check=True, cwd=ROOT, capture_output=True, text=True)
+    (prompts,) = [row["size_h1"] for row in json.loads((out / "dcs" / "stats.json").read_text()) if row["family"] == "wip"]
+    state = json.loads((out / "models" / "grpo" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["epoch"] == 2 * 2 / prompts
+    assert "B" in json.loads((out / "curves" / "grpo" / "step-2.json").read_text())["probe"]
 
 
 def test_transfer_curve_train_tokens_sets_the_dcs_length_and_refuses_a_cached_one_of_another(tmp_path):

@@ -88,9 +88,9 @@ class SDLPConfig(TrainingArguments):
             ``relabel_copies`` relabelled copies. Not with ``relabel_curriculum``. (On SA it broke held-out
             detection that the writers' keys alone reached: see ``relabel_families``.)
         relabel_families (`list[str]` or `None`, *optional*, defaults to `None`):
-            With ``relabel_keys``: relabel only these families' ``D_H1`` rows, the others train once under
-            their writers' keys (`None`: every family). WIP transfers with fresh keys, SA only with its
-            writers' keys, so a joint model wants ``["wip", "tsp"]``.
+            With ``relabel_keys``: relabel only these families' ``D_H1`` rows; the others train under their
+            writers' keys in as many copies, so every family keeps its share (`None`: every family). WIP
+            transfers with fresh keys, SA only with its writers' keys, so a joint model wants ``["wip", "tsp"]``.
         lmbda (`float`, *optional*, defaults to `0.0`):
             Fraction of batches trained on-policy, as trl's GKD: the student samples the responses
             from instruction + query (transformers ``generate``) and the teacher (frozen base, query
@@ -172,7 +172,7 @@ class SDLPConfig(TrainingArguments):
                                          "its relabel_copies relabelled copies."})
     relabel_families: list[str] | None = field(
         default=None, metadata={"help": "With relabel_keys: relabel only these families' D_H1 rows, the others "
-                                        "train under their writers' keys (default: every family)."})
+                                        "train under their writers' keys, in as many copies (default: every family)."})
     lmbda: float = field(
         default=0.0, metadata={"help": "Fraction of batches trained on-policy: the student samples the responses "
                                        "from instruction + query and the teacher scores them (as in trl's GKD)."})

@@ -63,13 +63,17 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
             before the ``copies`` relabelled copies of each ``D_H1`` row. (For SA this hurt: the relabelled
             copies teach a letter held across openings, docs/training-transfer.md.)
         families (`Sequence[str]` or `None`, defaults to `None`): relabel only these families' rows; the
-            others stay once under their writers' keys, as ``D_H0`` rows (`None`: every family). A joint
-            model wants WIP relabelled and SA not (docs/training-transfer.md).
+            others' ``D_H1`` rows keep their writers' keys, in as many copies, so that every family keeps its
+            share of ``D_cs`` (`None`: every family). A joint model wants WIP relabelled and SA not
+            (docs/training-transfer.md).
     """
     import datasets
 
+    def positive(row: dict[str, Any]) -> bool:
+        return bool(int(row.get("label", 1)) and row.get("key"))
+
     def relabelled(row: dict[str, Any]) -> bool:
-        return bool(int(row.get("label", 1)) and row.get("key")) and (families is None or row.get("family") in families)
+        return positive(row) and (families is None or row.get("family") in families)
 
     def relabel(ds: Any, offset: int) -> Any:
         def fresh(row: dict[str, Any], index: int) -> dict[str, Any]:
@@ -82,7 +86,7 @@ def relabel_keys(dataset: Any, tokenizer: Any, seed: int = 0, num_keys: int = 0,
         return ds.map(fresh, with_indices=True, desc="relabelling D_H1 keys")
 
     extra = copies if keep_original else copies - 1  # relabelled copies beside the first part
-    positives = dataset.filter(relabelled) if extra else None
+    positives = dataset.filter(positive) if extra else None
     if keep_original:
         first = dataset.map(lambda row: {"generating_key": row.get("key") or ""}, desc="keeping the writers' keys")
     else:
