@@ -263,17 +263,16 @@ def curve_dirs(out: Path, args: argparse.Namespace) -> dict[str, Path]:
 
 
 def evaluate(run: ablation.Run, args: argparse.Namespace, dirs: dict[str, Path], step: int, path: Path | None,
-             last: int = -1) -> dict[str, dict]:
+             last: int = -1) -> None:
     """The key-swap probe and, at the ``--auc_at`` steps (-1: ``last``), held-out detection of one checkpoint, for
     every family of the run (``dirs``: :func:`curve_dirs`).
 
     Cached in ``step-<step>.json``; a cached cell gets what it lacks (an SA cell written before the probe's split
     by acrostic state gets the probe, a step newly named in ``--auc_at`` gets its detection) and keeps the rest."""
-    rows, model = {}, None
+    model = None
     for family, tag_dir in dirs.items():
         cell = tag_dir / f"step-{step}.json"
         row: dict[str, Any] = json.loads(cell.read_text()) if cell.exists() else {"step": step}
-        rows[family] = row
         probe_due = "probe" not in row or (family == "sa" and "by_state" not in row["probe"])
         detection_due = "detection" not in row and (step in args.auc_at or (step == last and -1 in args.auc_at))
         if not (probe_due or detection_due):
@@ -299,7 +298,6 @@ def evaluate(run: ablation.Run, args: argparse.Namespace, dirs: dict[str, Path],
         row["seconds"] = round(row.get("seconds", 0) + time.time() - t0, 1)
         cell.write_text(json.dumps(row))
         print(f"transfer_curve: step {step}{'' if len(dirs) == 1 else f' ({family})'}: " + json.dumps(row), flush=True)
-    return rows
 
 
 def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Namespace, family: str,
