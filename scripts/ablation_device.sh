@@ -6,14 +6,19 @@
 #   here:     scripts/ablation_device.sh prepare      # .whl/ (6 wheels) and .gl/smollm2.gguf.part-aa/-ab
 #   device 1: scripts/ablation_device.sh stage        # carry [".whl", ".gl/smollm2.gguf.part-aa"]; ~1 min:
 #                                                     # stages the first half, then a tiny-model check on the GPU
+#                                                     # (SMOKE_FAMILIES: the curve runs' families, default "wip sa")
 #   device 2: scripts/ablation_device.sh curve        # carry [".whl", ".gl/smollm2.gguf.part-ab"]; CURVE_SECONDS
 #                                                     # (default 540): learning curves side by side, CURVE_RUNS
 #                                                     # (lines "family tag options"; default WIP and SA, full FT;
-#                                                     # family "wip,sa": one joint model, its D_cs in runs/gpu-wip+sa)
+#                                                     # family "wip,sa": one joint model, its D_cs in runs/gpu-wip+sa;
+#                                                     # CURVE_BASE=0 skips the base model's evaluation beside the
+#                                                     # training, CURVE_EVAL_SECONDS (150) is the time left to evaluate)
 #   or        scripts/ablation_device.sh run          # the same carry; the ablation table (resumable, ~25 min)
 #
 # A later session carries the D_cs and cells that came back (runs/gpu-<family>/dcs and /cells, a few MB
-# each, beside the curve call's carry) and skips the synthesis, ~200 s of device time.
+# each, beside the curve call's carry) and skips the synthesis, ~200 s of device time; for a joint run,
+#   here:     scripts/ablation_device.sh seed runs/gpu-sa runs/gpu-wip+sa   # then carry runs/gpu-wip+sa
+# puts SA's rows and dose cell into the joint folder, whose synthesis then makes only WIP's rows.
 # Each device call must follow the previous one within the machine's warm window (30 s), or the
 # staged half and the cached cells are lost with the machine. Results come back through $OUT.
 # A dry run of stage/curve on CPU with the tiny model (pipeline only): DEVICE=cpu and
@@ -52,10 +57,10 @@ case "${1:-}" in
     setup
     # the curve pipeline end to end on the GPU with the tiny random model (numbers meaningless): a broken
     # package or CUDA path shows here, before the long call
-    for family in wip sa; do
+    for family in ${SMOKE_FAMILIES:-wip sa}; do
       python3 scripts/transfer_curve.py --device "${DEVICE:-cuda}" --model tiny --size tiny --family "$family" --out "runs/smoke-$family" \
-        --tag smoke --lora_r 0 --lr 5e-5 --steps 100000 --every 100 --batch 2 --relabel_copies 2 --num_eval 6 \
-        --eval_tokens 16 --gen_batch 6 --train_seconds 20 > "runs/smoke-$family.log" 2>&1 &
+        --tag smoke --lora_r 0 --lr 5e-5 --steps 40 --every 20 --batch 2 --relabel_copies 2 --num_eval 6 \
+        --eval_tokens 16 --gen_batch 6 > "runs/smoke-$family.log" 2>&1 &
     done
     status=0; for job in $(jobs -p); do wait "$job" || status=1; done
     grep -h -E "^transfer_curve: (step|training)|Error|Traceback" runs/smoke-*.log | cut -c1-240
@@ -75,7 +80,7 @@ sa sa-full-orig --relabel_copies 0"}
     done
     for job in $(jobs -p); do wait "$job" || { tail -n 30 runs/data-*.log; exit 1; }; done
     echo "data built at +$(( $(date +%s) - start )) s"
-    train=$(( start + total - 150 - $(date +%s) ))
+    train=$(( start + total - ${CURVE_EVAL_SECONDS:-150} - $(date +%s) ))
     common=(--device "${DEVICE:-cuda}" --size curve --lora_r 0 --lr 5e-5 --batch 16 --steps 100000 --every 100 --num_eval 300
             --eval_tokens 384 --gen_batch 300 --auc_at 0,-1)
     based=""
@@ -85,7 +90,7 @@ sa sa-full-orig --relabel_copies 0"}
         --tag "$tag" --train_seconds "$train" > "runs/train-$tag.log" 2>&1 &
       # the base model's held-out detection once per family (the same D_cs, questions and keys); a later run of
       # that family gives --auc_at -1 among its options, or its trainer evaluates step 0 after training
-      [[ " $based " == *" $family "* ]] && continue
+      [[ " $based " == *" $family "* || "${CURVE_BASE:-1}" == 0 ]] && continue
       based="$based $family"
       python3 scripts/transfer_curve.py "${common[@]}" $options ${CURVE_EXTRA:-} --family "$family" --out "runs/gpu-${family//,/+}" \
         --tag "$tag" --no_train --auc_at 0 > "runs/base-$tag.log" 2>&1 &
@@ -106,6 +111,17 @@ sa sa-full-orig --relabel_copies 0"}
         $(ls -d runs/gpu-*/models/*/checkpoint-*/trainer_state.json 2>/dev/null)
     fi
     ;;
+  seed)  # a family's finished D_cs rows and dose cell into another run's folder (a joint one), here
+    from=${2:?usage: $0 seed FROM_OUT TO_OUT}; to=${3:?usage: $0 seed FROM_OUT TO_OUT}
+    mkdir -p "$to/dcs" "$to/cells" && cp "$from"/cells/dose-*.json "$to/cells/"
+    PY=$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
+    "$PY" -c "import json, sys, pyarrow.parquet as pq
+rows = pq.read_table(sys.argv[1]).to_pylist()
+for family in sorted({r['family'] for r in rows}):
+    with open(f'{sys.argv[2]}/rows-{family}.jsonl', 'w') as f:
+        f.writelines(json.dumps(r) + '\n' for r in rows if r['family'] == family)
+print(len(rows), 'rows ->', sys.argv[2])" "$from/dcs/data.parquet" "$to/dcs"
+    ;;
   run)
     setup
     start=$(date +%s)
@@ -114,5 +130,5 @@ sa sa-full-orig --relabel_copies 0"}
     if [ -n "${OUT:-}" ]; then cp runs/ablation/ablation.* "$OUT"/ 2>/dev/null || true; \
       tar czf "$OUT"/cells.tgz -C runs/ablation cells; fi
     ;;
-  *) echo "usage: $0 prepare|stage|curve|run" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|stage|curve|run|seed" >&2; exit 2 ;;
 esac

@@ -553,6 +553,9 @@ def main(argv: list[str] | None = None) -> None:
         train(args, data, model_dir)
     saved = checkpoints(model_dir)
     last = max(saved, default=0)
+    # the last checkpoint first: a call cut short by its time limit still has the run's result
+    if last:
+        evaluate(run, args, dirs, last, saved[last], last)
     if args.grpo_from in (None, "base"):  # GRPO's step 0 from SDLP is that run's last step, probed there
         evaluate(run, args, dirs, 0, None, last)
     for step, path in sorted(saved.items()):

@@ -466,29 +466,46 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
 def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_path, capsys):
     """``--family wip,sa --relabel_families wip``: one SDLP run on both families' D_cs (WIP relabelled, SA on its
     writers' keys), then each family's probe and held-out detection in its own curve folder, which the plot reads
-    with the joint run's loss; an unknown family is refused before anything runs."""
+    with the joint run's loss, the last checkpoint first; SA's D_cs made alone and seeded into the joint folder
+    (``ablation_device.sh seed``) is reused as it is; an unknown family is refused before anything runs."""
     import json
     import subprocess
     import sys
 
-    out = tmp_path / "joint"
-    cmd = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
-           "--size", "tiny", "--tag", "joint", "--steps", "2", "--every", "2", "--batch", "2", "--auc_at", "2",
+    import pyarrow.parquet as pq
+
+    out, sa_out = tmp_path / "joint", tmp_path / "sa"
+    cmd = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--model", "tiny",
+           "--size", "tiny", "--tag", "joint", "--steps", "4", "--every", "2", "--batch", "2", "--auc_at", "2,4",
            "--num_eval", "4", "--eval_tokens", "12", "--gen_batch", "4", "--relabel_copies", "2"]
-    subprocess.run([*cmd, "--family", "wip,sa", "--relabel_families", "wip"], check=True, cwd=ROOT,
-                   capture_output=True, text=True)
+    # SA's D_cs made alone, then seeded into the joint folder: the joint synthesis only makes WIP's rows
+    subprocess.run([*cmd, "--out", str(sa_out), "--family", "sa", "--data_only"], check=True, cwd=ROOT,
+                   capture_output=True)
+    subprocess.run(["bash", "scripts/ablation_device.sh", "seed", str(sa_out), str(out)], check=True, cwd=ROOT,
+                   capture_output=True)
+    cmd[2:2] = ["--out", str(out)]
+    run = subprocess.run([*cmd, "--family", "wip,sa", "--relabel_families", "wip"], check=True, cwd=ROOT,
+                         capture_output=True, text=True)
+    sa_rows = pq.read_table(sa_out / "dcs" / "data.parquet").to_pylist()
+    assert f"resuming: {len(sa_rows)} rows already" in run.stdout
+    joint_rows = pq.read_table(out / "dcs" / "data.parquet").to_pylist()
+    assert [r for r in joint_rows if r["family"] == "sa"] == sa_rows
+    assert any(r["family"] == "wip" for r in joint_rows)
+    # the last checkpoint is evaluated first, so a run cut short by its time limit still has its result
+    steps = [line.split()[2] for line in run.stdout.splitlines() if line.startswith("transfer_curve: step ")]
+    assert steps == ["4", "4", "0", "0", "2", "2"]
     command = (out / "models" / "joint" / "command.txt").read_text()
     assert "--families wip sa " in command and "--relabel_families wip " in command
     for family in ("wip", "sa"):
         folder = out / "curves" / f"joint-{family}"
         assert json.loads((folder / "run.json").read_text()) == {"model": "joint", "family": family}
-        cell = json.loads((folder / "step-2.json").read_text())
+        cell = json.loads((folder / "step-4.json").read_text())
         assert cell["detection"]["num_positive"] == 4 and {"A", "B", "C", "plain"} <= set(cell["probe"])
         assert ("transitions" in cell["detection"]) == (family == "sa") == ("by_state" in cell["probe"])
         assert (folder / "answers-step-2.jsonl").exists() and (folder / "step-0.json").exists()
     curve = _transfer_curve()
     curve.plot(out, str(tmp_path / "joint.png"))
-    assert "| joint-sa | 2 |" in capsys.readouterr().out
+    assert "| joint-sa | 4 |" in capsys.readouterr().out
     bad = subprocess.run([*cmd, "--family", "wip,acrostic"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown family 'acrostic'" in bad.stderr
 
