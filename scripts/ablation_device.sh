@@ -115,11 +115,10 @@ sa sa-full-orig --relabel_copies 0"}
     from=${2:?usage: $0 seed FROM_OUT TO_OUT}; to=${3:?usage: $0 seed FROM_OUT TO_OUT}
     mkdir -p "$to/dcs" "$to/cells" && cp "$from"/cells/dose-*.json "$to/cells/"
     PY=$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
-    "$PY" -c "import json, sys, pyarrow.parquet as pq
+    PYTHONPATH=src "$PY" -c "import sys, pyarrow.parquet as pq; from icw.jsonl import write_jsonl
 rows = pq.read_table(sys.argv[1]).to_pylist()
 for family in sorted({r['family'] for r in rows}):
-    with open(f'{sys.argv[2]}/rows-{family}.jsonl', 'w') as f:
-        f.writelines(json.dumps(r) + '\n' for r in rows if r['family'] == family)
+    write_jsonl(f'{sys.argv[2]}/rows-{family}.jsonl', [r for r in rows if r['family'] == family])
 print(len(rows), 'rows ->', sys.argv[2])" "$from/dcs/data.parquet" "$to/dcs"
     ;;
   run)

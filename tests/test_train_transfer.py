@@ -475,15 +475,15 @@ def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_p
     import pyarrow.parquet as pq
 
     out, sa_out = tmp_path / "joint", tmp_path / "sa"
-    cmd = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--model", "tiny",
-           "--size", "tiny", "--tag", "joint", "--steps", "4", "--every", "2", "--batch", "2", "--auc_at", "2,4",
-           "--num_eval", "4", "--eval_tokens", "12", "--gen_batch", "4", "--relabel_copies", "2"]
+    script = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py")]
+    options = ["--model", "tiny", "--size", "tiny", "--tag", "joint", "--steps", "4", "--every", "2", "--batch", "2",
+               "--auc_at", "2,4", "--num_eval", "4", "--eval_tokens", "12", "--gen_batch", "4", "--relabel_copies", "2"]
     # SA's D_cs made alone, then seeded into the joint folder: the joint synthesis only makes WIP's rows
-    subprocess.run([*cmd, "--out", str(sa_out), "--family", "sa", "--data_only"], check=True, cwd=ROOT,
+    subprocess.run([*script, "--out", str(sa_out), *options, "--family", "sa", "--data_only"], check=True, cwd=ROOT,
                    capture_output=True)
     subprocess.run(["bash", "scripts/ablation_device.sh", "seed", str(sa_out), str(out)], check=True, cwd=ROOT,
                    capture_output=True)
-    cmd[2:2] = ["--out", str(out)]
+    cmd = [*script, "--out", str(out), *options]
     run = subprocess.run([*cmd, "--family", "wip,sa", "--relabel_families", "wip"], check=True, cwd=ROOT,
                          capture_output=True, text=True)
     sa_rows = pq.read_table(sa_out / "dcs" / "data.parquet").to_pylist()
