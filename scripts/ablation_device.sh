@@ -101,9 +101,10 @@ sa sa-full-orig --relabel_copies 0"}
     grep -h -E "^transfer_curve: (step|training)|Error|Traceback" runs/*.log | cut -c1-300 || true
     if [ -n "${OUT:-}" ]; then
       # D_cs comes back whole (a few MB: carried to the next session with its cells, it skips the synthesis),
-      # and so does the newest checkpoint of a LoRA run (~4 MB at r 16; full weights, 540 MB, cannot travel)
+      # and so does the newest complete checkpoint (trainer_state.json is written last) of a LoRA run (~4 MB
+      # at r 16; full weights, 540 MB, cannot travel)
       adapters=$(for run in runs/gpu-*/models/*/; do
-        last=$(ls -d "$run"checkpoint-* 2>/dev/null | sort -V | tail -n 1)
+        last=$(ls -d "$run"checkpoint-*/trainer_state.json 2>/dev/null | sort -V | tail -n 1 | xargs -r dirname)
         [ -z "$last" ] || ls "$last"/adapter_* 2>/dev/null || true
       done)
       tar czf "$OUT"/curves.tgz runs/*.log runs/gpu-*/curves runs/gpu-*/cells \

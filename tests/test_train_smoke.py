@@ -232,36 +232,44 @@ def test_synthesis_resumes_without_redoing_finished_rows(tiny_qwen, tmp_path):
     assert sorted(dataset["id"]) == sorted(json.loads(line)["id"] for line in lines)
 
 
-# a recipe run in a real subprocess that SIGKILLs itself right after the given optimizer step (a real kill at a
-# known point, between two checkpoints, so the test never depends on timing)
+# a recipe run in a real subprocess that SIGKILLs itself at a known point, so the test never depends on timing:
+# right after the given optimizer step (between two checkpoints), or while saving that step's checkpoint (after
+# its weights and optimizer, before its trainer_state.json)
 KILL_WRAPPER = """
 import os, runpy, signal, sys
 from transformers import Trainer, TrainerCallback
 
+STEP, WHERE = int(os.environ["ICW_TEST_KILL_AFTER_STEP"]), os.environ["ICW_TEST_KILL_WHERE"]
+
 class KillAfterStep(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == int(os.environ["ICW_TEST_KILL_AFTER_STEP"]):
+        if WHERE == "step" and state.global_step == STEP:
             os.kill(os.getpid(), signal.SIGKILL)
 
-init = Trainer.__init__
+init, save_rng_state = Trainer.__init__, Trainer._save_rng_state
 def patched(self, *args, **kwargs):
     init(self, *args, **kwargs)
     self.add_callback(KillAfterStep())
-Trainer.__init__ = patched
+def killed_while_saving(self, output_dir):
+    if WHERE == "save" and self.state.global_step == STEP:
+        os.kill(os.getpid(), signal.SIGKILL)
+    save_rng_state(self, output_dir)
+Trainer.__init__, Trainer._save_rng_state = patched, killed_while_saving
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def _run_recipe(script: str, args: list[str], tmp_path: Path, kill_after: int | None = None) -> int:
+def _run_recipe(script: str, args: list[str], tmp_path: Path, kill_after: int | None = None,
+                where: str = "step") -> tuple[int, str]:
     wrapper = tmp_path / "kill_wrapper.py"
     wrapper.write_text(KILL_WRAPPER)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "ICW_TEST_KILL_AFTER_STEP": str(kill_after or -1)}
+           "ICW_TEST_KILL_AFTER_STEP": str(kill_after or -1), "ICW_TEST_KILL_WHERE": where}
     proc = subprocess.run([sys.executable, str(wrapper), str(ROOT / "recipes" / script), *args],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode in ((-9,) if kill_after else (0,)), proc.stderr[-4000:]
-    return proc.returncode
+    return proc.returncode, proc.stderr
 
 
 def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
@@ -269,10 +277,11 @@ def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
     return [(h["step"], h["loss"], h.get("reward", 0.0)) for h in state["log_history"] if "loss" in h]
 
 
-@pytest.mark.parametrize("recipe", ["sdlp", "grpo"])
-def test_killed_run_resumes_with_the_same_curve(recipe, dcs, tiny_dir, tmp_path):
-    """A run SIGKILLed after step 3 (checkpoints every 2 steps) and started again with the same command resumes
-    from checkpoint-2 and ends with the loss (and reward) curve of an uninterrupted run, step for step."""
+@pytest.mark.parametrize(("recipe", "where"), [("sdlp", "step"), ("grpo", "step"), ("sdlp", "save")])
+def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tmp_path):
+    """A run SIGKILLed after step 3 (checkpoints every 2 steps), or while saving checkpoint-4, and started again
+    with the same command resumes from the last complete checkpoint and ends with the loss (and reward) curve of
+    an uninterrupted run, step for step."""
     if recipe == "sdlp":
         args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--per_device_train_batch_size",
                 "2", "--learning_rate", "1e-3", "--relabel_keys", "true", "--relabel_copies", "2"]
@@ -284,9 +293,14 @@ def test_killed_run_resumes_with_the_same_curve(recipe, dcs, tiny_dir, tmp_path)
              "1", "--save_strategy", "steps", "--save_steps", "2", "--resume_from_checkpoint", "last", "--seed", "3"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path)
-    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, kill_after=3)
-    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]  # died between checkpoints
-    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path)
+    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, 3 if where == "step" else 4, where)
+    saved = {p.name: (p / "trainer_state.json").exists() for p in killed.glob("checkpoint-*")}
+    if where == "step":  # died between checkpoints
+        assert saved == {"checkpoint-2": True}
+    else:  # died inside checkpoint-4: its weights are there, its trainer_state.json is not
+        assert saved == {"checkpoint-2": True, "checkpoint-4": False} and any((killed / "checkpoint-4").iterdir())
+    err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path)[1]
+    assert ("checkpoint-4: no trainer_state.json, so saving was interrupted" in err) == (where == "save"), err[-3000:]
     expected, resumed = _history(whole, 6), _history(killed, 6)
     assert [s for s, _, _ in resumed] == [1, 2, 3, 4, 5, 6]
     for column in (1, 2):  # loss, reward

@@ -111,19 +111,32 @@ def fp32_without_native_bf16(training_args: Any) -> None:
 
 def resume_checkpoint(training_args: Any) -> str | None:
     """What ``Trainer.train(resume_from_checkpoint=...)`` gets: a path as given, or for ``last`` (also ``true``,
-    ``auto``) the newest ``checkpoint-*`` of ``output_dir``, ``None`` while there is none, so the same command
-    starts a run and, after a kill, resumes it with the same data order, optimizer and RNG state.
+    ``auto``) the newest complete ``checkpoint-*`` of ``output_dir``, ``None`` while there is none, so the same
+    command starts a run and, after a kill, resumes it with the same data order, optimizer and RNG state.
+
+    A checkpoint is complete once its ``trainer_state.json`` exists (the Trainer writes it last): a run killed
+    while saving leaves a folder without it, which is skipped with a warning (transformers'
+    ``get_last_checkpoint`` would pick it and the run would restart at step 0 from its weights).
 
     Args:
         training_args (`transformers.TrainingArguments`): gives ``resume_from_checkpoint`` and ``output_dir``.
     """
     value = training_args.resume_from_checkpoint
-    if isinstance(value, str) and value.lower() in ("last", "true", "auto"):
-        from transformers.trainer_utils import get_last_checkpoint
+    if not (isinstance(value, str) and value.lower() in ("last", "true", "auto")):
+        return value
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-        out = training_args.output_dir
-        return get_last_checkpoint(out) if out and Path(out).is_dir() else None
-    return value
+    out = Path(training_args.output_dir or ".")
+    steps = {int(p.name.rsplit("-", 1)[1]): p for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+             if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()}
+    complete = [step for step in steps if (steps[step] / TRAINER_STATE_NAME).is_file()]
+    torn = sorted(str(steps[step]) for step in steps if step > max(complete, default=-1))
+    if torn:
+        warnings.warn(f"{', '.join(torn)}: no {TRAINER_STATE_NAME}, so saving was interrupted; resuming from "
+                      f"{steps[max(complete)] if complete else 'the start'} (the folder is overwritten when that "
+                      "step is saved again)", stacklevel=2)
+    return str(steps[max(complete)]) if complete else None
 
 
 def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_args: Any, recipe: str,
