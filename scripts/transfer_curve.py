@@ -44,6 +44,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from icw.train.common import checkpoints
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ablation  # noqa: E402
 
@@ -129,10 +131,6 @@ def merged(tag_dir: Path, base: Any, tok: Any) -> Path:
         tok.save_pretrained(path)
         (path / "icw_from_checkpoint.txt").write_text(f"{ckpt}\n")
     return path
-
-
-def checkpoints(out: Path) -> dict[int, Path]:
-    return {int(p.name.split("-")[1]): p for p in out.glob("checkpoint-*") if (p / "trainer_state.json").exists()}
 
 
 def start_model(path: Path, base: Any) -> Any:

@@ -124,19 +124,31 @@ def resume_checkpoint(training_args: Any) -> str | None:
     value = training_args.resume_from_checkpoint
     if not (isinstance(value, str) and value.lower() in ("last", "true", "auto")):
         return value
+    steps = checkpoints(Path(training_args.output_dir or "."), complete_only=False)
+    complete = checkpoints(Path(training_args.output_dir or "."))
+    last = max(complete, default=-1)
+    torn = sorted(str(path) for step, path in steps.items() if step > last)
+    if torn:
+        warnings.warn(f"{', '.join(torn)}: no trainer_state.json, so saving was interrupted; resuming from "
+                      f"{complete[last] if complete else 'the start'} (the folder is overwritten when that "
+                      "step is saved again)", stacklevel=2)
+    return str(complete[last]) if complete else None
+
+
+def checkpoints(folder: Path, complete_only: bool = True) -> dict[int, Path]:
+    """The ``checkpoint-<step>`` folders of a Trainer's ``output_dir`` by step; with ``complete_only``, those whose
+    ``trainer_state.json`` exists (the Trainer writes it last, so a folder without it was torn by a kill).
+
+    Args:
+        folder (`Path`): the ``output_dir``.
+        complete_only (`bool`): leave out torn checkpoints.
+    """
     from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    out = Path(training_args.output_dir or ".")
-    steps = {int(p.name.rsplit("-", 1)[1]): p for p in out.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+    found = {int(p.name.rsplit("-", 1)[1]): p for p in folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
              if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()}
-    complete = [step for step in steps if (steps[step] / TRAINER_STATE_NAME).is_file()]
-    torn = sorted(str(steps[step]) for step in steps if step > max(complete, default=-1))
-    if torn:
-        warnings.warn(f"{', '.join(torn)}: no {TRAINER_STATE_NAME}, so saving was interrupted; resuming from "
-                      f"{steps[max(complete)] if complete else 'the start'} (the folder is overwritten when that "
-                      "step is saved again)", stacklevel=2)
-    return str(steps[max(complete)]) if complete else None
+    return {step: p for step, p in found.items() if not complete_only or (p / TRAINER_STATE_NAME).is_file()}
 
 
 def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_args: Any, recipe: str,
