@@ -261,14 +261,15 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def _run_recipe(script: str, args: list[str], tmp_path: Path, kill_after: int | None = None,
-                where: str = "step") -> tuple[int, str]:
+                where: str = "step", returncode: int | None = None) -> tuple[int, str]:
     wrapper = tmp_path / "kill_wrapper.py"
     wrapper.write_text(KILL_WRAPPER)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "ICW_TEST_KILL_AFTER_STEP": str(kill_after or -1), "ICW_TEST_KILL_WHERE": where}
     proc = subprocess.run([sys.executable, str(wrapper), str(ROOT / "recipes" / script), *args],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-    assert proc.returncode in ((-9,) if kill_after else (0,)), proc.stderr[-4000:]
+    expected = returncode if returncode is not None else -9 if kill_after else 0
+    assert proc.returncode == expected, proc.stderr[-4000:]
     return proc.returncode, proc.stderr
 
 
@@ -281,7 +282,7 @@ def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
 def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tmp_path):
     """A run SIGKILLed after step 3 (checkpoints every 2 steps), or while saving checkpoint-4, and started again
     with the same command resumes from the last complete checkpoint and ends with the loss (and reward) curve of
-    an uninterrupted run, step for step."""
+    an uninterrupted run, step for step; the command run again on the finished run is refused."""
     if recipe == "sdlp":
         args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--per_device_train_batch_size",
                 "2", "--learning_rate", "1e-3", "--relabel_keys", "true", "--relabel_copies", "2"]
@@ -305,3 +306,7 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tm
     assert [s for s, _, _ in resumed] == [1, 2, 3, 4, 5, 6]
     for column in (1, 2):  # loss, reward
         assert [r[column] for r in resumed] == pytest.approx([e[column] for e in expected], rel=1e-4, abs=1e-6)
+    if where == "step":  # the same command once more: refused, where the Trainer would train a seventh step
+        err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path, returncode=1)[1]
+        assert "checkpoint-6 is at step 6 of --max_steps 6: this run is finished" in err, err[-3000:]
+        assert sorted(p.name for p in whole.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]

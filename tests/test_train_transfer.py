@@ -445,7 +445,7 @@ def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(
 
 def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
     """``--lora_targets all-linear`` adapts every linear layer (MLP included), not trl's default q/v, and the run
-    still writes its checkpoint's probe cell; without the flag the adapter stays on q/v."""
+    still writes its checkpoint's probe cell; without the flag the adapter stays on q/v; a rerun trains no further."""
     import json
     import subprocess
     import sys
@@ -461,6 +461,10 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
         assert "B" in json.loads((out / "curves" / tag / "step-1.json").read_text())["probe"]
     assert targets["qv"] == {"q_proj", "v_proj"}
     assert targets["all"] == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    # a rerun at the same --steps only evaluates: the Trainer, resumed at max_steps, would train one step more
+    again = subprocess.run([*base, "--tag", "qv"], check=True, cwd=ROOT, capture_output=True, text=True)
+    assert sorted(p.name for p in (out / "models" / "qv").glob("checkpoint-*")) == ["checkpoint-1"]
+    assert "is trained to --steps 1; evaluating only" in again.stdout
 
 
 def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_path, capsys):

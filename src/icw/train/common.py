@@ -175,8 +175,29 @@ def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_
         facts = None
     if facts is not None:
         trainer.add_callback(ModelCardCallback(facts))
-    trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    resume = resume_checkpoint(trainer.args)
+    refuse_finished_run(resume, trainer.args.max_steps)
+    trainer.train(resume_from_checkpoint=resume)
     save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path, facts)
+
+
+def refuse_finished_run(checkpoint: str | None, max_steps: int) -> None:
+    """Stop with a clear message where ``checkpoint`` already reached ``max_steps``: transformers' loop runs one
+    step before it checks ``max_steps``, so resuming a finished run would silently train one step past it.
+
+    Args:
+        checkpoint (`str`, *optional*): the checkpoint the run would resume from (:func:`resume_checkpoint`).
+        max_steps (`int`): the run's ``max_steps`` (``<= 0``: set by epochs, where a resumed run stops in time).
+    """
+    from transformers import TrainerState
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    state = Path(checkpoint or "") / TRAINER_STATE_NAME
+    if max_steps > 0 and checkpoint and state.is_file():
+        step = TrainerState.load_from_json(str(state)).global_step
+        if step >= max_steps:
+            raise SystemExit(f"{checkpoint} is at step {step} of --max_steps {max_steps}: this run is finished. "
+                             "Raise --max_steps to train it further, or give another --output_dir.")
 
 
 def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None,
