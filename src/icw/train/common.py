@@ -118,20 +118,43 @@ def resume_checkpoint(training_args: Any) -> str | None:
     while saving leaves a folder without it, which is skipped with a warning (transformers'
     ``get_last_checkpoint`` would pick it and the run would restart at step 0 from its weights).
 
+    A checkpoint already at ``max_steps`` stops the run with a message: transformers' loop runs one step before it
+    checks ``max_steps``, so resuming a finished run would silently train one step past it.
+
     Args:
-        training_args (`transformers.TrainingArguments`): gives ``resume_from_checkpoint`` and ``output_dir``.
+        training_args (`transformers.TrainingArguments`): gives ``resume_from_checkpoint``, ``output_dir`` and
+            ``max_steps``.
     """
+    from transformers import TrainerState
+    from transformers.trainer import TRAINER_STATE_NAME
+
     value = training_args.resume_from_checkpoint
-    if not (isinstance(value, str) and value.lower() in ("last", "true", "auto")):
-        return value
-    steps = checkpoints(Path(training_args.output_dir or "."), complete_only=False)
-    complete = checkpoints(Path(training_args.output_dir or "."))
+    if isinstance(value, str) and value.lower() in ("last", "true", "auto"):
+        value = newest_complete_checkpoint(Path(training_args.output_dir or "."))
+    state = Path(value) / TRAINER_STATE_NAME if isinstance(value, str) else None
+    if training_args.max_steps > 0 and state and state.is_file():
+        step = TrainerState.load_from_json(str(state)).global_step
+        if step >= training_args.max_steps:
+            raise SystemExit(f"{value} is at step {step} of --max_steps {training_args.max_steps}: this run is "
+                             "finished. Raise --max_steps to train it further, or give another --output_dir.")
+    return value
+
+
+def newest_complete_checkpoint(folder: Path) -> str | None:
+    """The newest complete ``checkpoint-*`` of ``folder`` (``None`` while there is none), warning about newer torn
+    ones.
+
+    Args:
+        folder (`Path`): a Trainer's ``output_dir``.
+    """
+    steps = checkpoints(folder, complete_only=False)
+    complete = checkpoints(folder)
     last = max(complete, default=-1)
     torn = sorted(str(path) for step, path in steps.items() if step > last)
     if torn:
         warnings.warn(f"{', '.join(torn)}: no trainer_state.json, so saving was interrupted; resuming from "
                       f"{complete[last] if complete else 'the start'} (the folder is overwritten when that "
-                      "step is saved again)", stacklevel=2)
+                      "step is saved again)", stacklevel=3)
     return str(complete[last]) if complete else None
 
 
@@ -175,29 +198,8 @@ def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_
         facts = None
     if facts is not None:
         trainer.add_callback(ModelCardCallback(facts))
-    resume = resume_checkpoint(trainer.args)
-    refuse_finished_run(resume, trainer.args.max_steps)
-    trainer.train(resume_from_checkpoint=resume)
+    trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
     save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path, facts)
-
-
-def refuse_finished_run(checkpoint: str | None, max_steps: int) -> None:
-    """Stop with a clear message where ``checkpoint`` already reached ``max_steps``: transformers' loop runs one
-    step before it checks ``max_steps``, so resuming a finished run would silently train one step past it.
-
-    Args:
-        checkpoint (`str`, *optional*): the checkpoint the run would resume from (:func:`resume_checkpoint`).
-        max_steps (`int`): the run's ``max_steps`` (``<= 0``: set by epochs, where a resumed run stops in time).
-    """
-    from transformers import TrainerState
-    from transformers.trainer import TRAINER_STATE_NAME
-
-    state = Path(checkpoint or "") / TRAINER_STATE_NAME
-    if max_steps > 0 and checkpoint and state.is_file():
-        step = TrainerState.load_from_json(str(state)).global_step
-        if step >= max_steps:
-            raise SystemExit(f"{checkpoint} is at step {step} of --max_steps {max_steps}: this run is finished. "
-                             "Raise --max_steps to train it further, or give another --output_dir.")
 
 
 def save_and_push(trainer: Any, tokenizer: Any, data_args: DCSArguments, base_model: str | None,
