@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> None:
         args.lr = 1e-5 if args.grpo_from else 2e-4
     if args.no_train:
         pass
-    elif max(checkpoints(model_dir), default=0) >= args.steps:  # resuming there would train one step more
+    elif max(checkpoints(model_dir), default=0) >= args.steps:  # the recipe refuses a finished run
         print(f"transfer_curve: {model_dir} is trained to --steps {args.steps}; evaluating only", flush=True)
     elif args.grpo_from:
         start = Path(args.base_path) if args.grpo_from == "base" else merged(out / "models" / args.grpo_from, *run.base())

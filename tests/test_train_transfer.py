@@ -461,7 +461,7 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
         assert "B" in json.loads((out / "curves" / tag / "step-1.json").read_text())["probe"]
     assert targets["qv"] == {"q_proj", "v_proj"}
     assert targets["all"] == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
-    # a rerun at the same --steps only evaluates: the Trainer, resumed at max_steps, would train one step more
+    # a rerun at the same --steps only evaluates (the recipe refuses a finished run)
     again = subprocess.run([*base, "--tag", "qv"], check=True, cwd=ROOT, capture_output=True, text=True)
     assert sorted(p.name for p in (out / "models" / "qv").glob("checkpoint-*")) == ["checkpoint-1"]
     assert "is trained to --steps 1; evaluating only" in again.stdout
