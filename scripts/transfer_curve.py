@@ -84,7 +84,7 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
     """SDLP with relabelled keys through ``recipes/sdlp.py``, a checkpoint every ``--every`` steps."""
     cmd = ["recipes/sdlp.py", "--config", "recipes/configs/smollm2-135m/sdlp.yaml",
            "--model_name_or_path", args.base_path, "--dataset_name", data, "--families", *args.families,
-           "--output_dir", str(out), "--report_to", "none", "--seed", "0", *ablation.device_flags(args.device),
+           "--output_dir", str(out), "--report_to", "none", "--seed", str(args.seed), *ablation.device_flags(args.device),
            "--save_strategy", "steps", "--save_steps", str(args.every), "--logging_steps", "10", "--resume_from_checkpoint", "last",
            "--learning_rate", str(args.lr), "--max_steps", str(args.steps), "--lr_scheduler_type", "constant",
            "--per_device_train_batch_size", str(args.batch), "--max_response_length", str(args.train_tokens + 1),
@@ -105,7 +105,7 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
 def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> None:
     """GRPO (trl ``loss_type="grpo"``, the verifier's z as reward, LoRA) from the merged model ``start``."""
     _recipe(["recipes/grpo.py", "--config", "recipes/configs/smollm2-135m/grpo.yaml", "--model_name_or_path",
-             str(start), "--dataset_name", data, "--families", *args.families, "--output_dir", str(out), "--seed", "0",
+             str(start), "--dataset_name", data, "--families", *args.families, "--output_dir", str(out), "--seed", str(args.seed),
              "--max_steps", str(args.steps), "--save_steps", str(args.every), "--logging_steps", "5",
              "--resume_from_checkpoint", "last", "--num_generations", str(args.generations),
              "--per_device_train_batch_size", str(args.generations * args.prompts), "--max_completion_length",
@@ -458,6 +458,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--every", type=int, default=100, help="checkpoint and probe every this many steps")
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0, help="the training seed (data order, relabelled keys, LoRA "
+                        "init); D_cs and the held-out keys and questions do not depend on it")
     parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for SDLP, 1e-5 for GRPO")
     parser.add_argument("--lora_r", type=int, default=16, help="LoRA rank; 0 trains all weights")
     parser.add_argument("--lora_targets", help="modules LoRA adapts, e.g. all-linear or q_proj,k_proj,v_proj,o_proj "

@@ -445,7 +445,8 @@ def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(
 
 def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
     """``--lora_targets all-linear`` adapts every linear layer (MLP included), not trl's default q/v, and the run
-    still writes its checkpoint's probe cell; without the flag the adapter stays on q/v; a rerun trains no further."""
+    still writes its checkpoint's probe cell; without the flag the adapter stays on q/v; ``--seed`` reaches the
+    recipe (default 0); a rerun trains no further."""
     import json
     import subprocess
     import sys
@@ -454,8 +455,9 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
     base = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
             "--size", "tiny", "--steps", "1", "--every", "1", "--auc_at", "", "--relabel_copies", "1"]
     targets = {}
-    for tag, extra in (("all", ["--lora_targets", "all-linear"]), ("qv", [])):
+    for tag, extra, seed in (("all", ["--lora_targets", "all-linear", "--seed", "3"], "3"), ("qv", [], "0")):
         subprocess.run([*base, "--tag", tag, *extra], check=True, cwd=ROOT, capture_output=True, text=True)
+        assert f"--seed {seed} " in (out / "models" / tag / "command.txt").read_text()
         config = json.loads((out / "models" / tag / "checkpoint-1" / "adapter_config.json").read_text())
         targets[tag] = {name.rsplit(".", 1)[-1] for name in config["target_modules"]}
         assert "B" in json.loads((out / "curves" / tag / "step-1.json").read_text())["probe"]
