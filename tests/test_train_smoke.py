@@ -310,3 +310,7 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tm
         err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path, returncode=1)[1]
         assert "checkpoint-6 is at step 6 of --max_steps 6: this run is finished" in err, err[-3000:]
         assert sorted(p.name for p in whole.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+        if recipe == "sdlp":  # resumed further with another --save_steps: this command's, not the checkpoint's
+            _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole), "--max_steps", "8", "--save_steps", "1"],
+                        tmp_path)
+            assert sorted(int(p.name.split("-")[1]) for p in whole.glob("checkpoint-*")) == [2, 4, 6, 7, 8]

@@ -184,7 +184,7 @@ def main(attack_args: AdaptiveAttackArguments, training_args: Any, model_args: A
     """Train the attacker as parsed by :func:`make_parser`; writes the adapter and ``icw_attack.json``."""
     from trl import GRPOTrainer, get_peft_config
 
-    from .common import fp32_without_native_bf16, load_policy, resume_checkpoint
+    from .common import fp32_without_native_bf16, load_policy, train_resumable
 
     fp32_without_native_bf16(training_args)
     model, tokenizer = load_policy(model_args)
@@ -193,7 +193,7 @@ def main(attack_args: AdaptiveAttackArguments, training_args: Any, model_args: A
                            attack_args.z_penalty)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=training_args, train_dataset=attack_dataset(rows),
                           processing_class=tokenizer, peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    train_resumable(trainer)
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
     if trainer.is_world_process_zero():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 
 
 def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "train", label: int | None = None) -> Any:
@@ -140,6 +141,29 @@ def resume_checkpoint(training_args: Any) -> str | None:
     return value
 
 
+class CommandStepsCallback(TrainerCallback):
+    """Gives a resumed run this command's ``save_steps``, ``logging_steps`` and ``eval_steps``.
+
+    transformers loads the checkpoint's ``TrainerState`` after it has read them from the arguments, so a run begun
+    with ``--save_steps 100`` and resumed with ``--save_steps 50`` keeps saving every 100 steps and only warns
+    (huggingface/transformers#28867): a checkpoint the user asked for would silently never exist.
+    """
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        state.compute_steps(args, state.max_steps)
+
+
+def train_resumable(trainer: Any) -> Any:
+    """``trainer.train()`` from :func:`resume_checkpoint`'s checkpoint, saving and logging as this command says
+    (:class:`CommandStepsCallback`); returns what ``train`` returns.
+
+    Args:
+        trainer (`transformers.Trainer`): the recipe's trainer, not yet trained.
+    """
+    trainer.add_callback(CommandStepsCallback())
+    return trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+
+
 def newest_complete_checkpoint(folder: Path) -> str | None:
     """The newest complete ``checkpoint-*`` of ``folder`` (``None`` while there is none), warning about newer torn
     ones.
@@ -198,7 +222,7 @@ def train_and_save(trainer: Any, tokenizer: Any, data_args: DCSArguments, model_
         facts = None
     if facts is not None:
         trainer.add_callback(ModelCardCallback(facts))
-    trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    train_resumable(trainer)
     save_and_push(trainer, tokenizer, data_args, model_args.model_name_or_path, facts)
 
 
