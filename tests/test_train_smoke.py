@@ -282,7 +282,8 @@ def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
 def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tmp_path):
     """A run SIGKILLed after step 3 (checkpoints every 2 steps), or while saving checkpoint-4, and started again
     with the same command resumes from the last complete checkpoint and ends with the loss (and reward) curve of
-    an uninterrupted run, step for step; the command run again on the finished run is refused."""
+    an uninterrupted run, step for step; the command run again on the finished run is refused, and resumed to a
+    higher ``--max_steps`` with another ``--save_steps`` it saves as the new command says, not as the checkpoint did."""
     if recipe == "sdlp":
         args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--per_device_train_batch_size",
                 "2", "--learning_rate", "1e-3", "--relabel_keys", "true", "--relabel_copies", "2"]
