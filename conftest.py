@@ -13,6 +13,13 @@ import os
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_EVALUATE_OFFLINE"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (pyproject's addopts) every worker, and every process its tests start, gets its share of
+# the cores for torch: two workers of two OpenMP threads each on two cores run slower than one worker alone.
+# Set before anything imports torch, which reads it once.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _WORKERS)))
 # A fresh datasets cache per test session: the shared ~/.cache one keys local folders by path and
 # modification time, so a folder rebuilt at a reused pytest tmp path could be read from an older build.
 if "HF_DATASETS_CACHE" not in os.environ:

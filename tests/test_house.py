@@ -199,3 +199,17 @@ def test_no_source_file_over_500_lines():
     spaces = [p for p in (ROOT / "spaces").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     long = {str(p.relative_to(ROOT)): n for p in [*(ROOT / "src").rglob("*.py"), *spaces] if (n := _lines(p)) > 500}
     assert not long, long
+
+
+# ------------------------------------------------------------------------------- the test run itself
+def test_test_workers_share_the_cores_not_oversubscribe_them():
+    """pyproject runs the suite in pytest-xdist workers; the root conftest gives each its share of the torch
+    threads (two workers of two OpenMP threads on two cores run slower than one), and its subprocesses inherit it."""
+    import torch
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = len(os.sched_getaffinity(0))
+    assert torch.get_num_threads() * workers <= max(cores, workers)
+    child = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           capture_output=True, text=True, timeout=120, check=True)
+    assert int(child.stdout) == torch.get_num_threads()
