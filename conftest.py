@@ -14,7 +14,7 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "H
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Under pytest-xdist (pyproject's addopts) every worker, and every process its tests start, gets its share of
-# the cores for torch: two workers of two OpenMP threads each on two cores run slower than one worker alone.
+# the cores for torch: two workers of two OpenMP threads each would oversubscribe two cores.
 # Set before anything imports torch, which reads it once.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:

@@ -204,7 +204,7 @@ def test_no_source_file_over_500_lines():
 # ------------------------------------------------------------------------------- the test run itself
 def test_test_workers_share_the_cores_not_oversubscribe_them():
     """pyproject runs the suite in pytest-xdist workers; the root conftest gives each its share of the torch
-    threads (two workers of two OpenMP threads on two cores run slower than one), and its subprocesses inherit it."""
+    threads (two workers of two OpenMP threads would oversubscribe two cores), and its subprocesses inherit it."""
     import torch
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
