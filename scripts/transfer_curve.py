@@ -26,6 +26,7 @@ of 192-token answers instead of the size's, ``--num_h1 800`` of 800 ``D_H1`` ans
 ``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
 ``--family wip,sa --relabel_families wip`` trains one joint model on both families' ``D_cs``, WIP's answers under
 fresh keys and SA's under the keys that wrote them (in as many copies), and evaluates it per family.
+``--branch_from wip-full-lr1e-4-c8:400 --lr 5e-5`` goes on from that run's step 400 at another rate (a new ``--tag``).
 ``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
 time-limited device command; rerunning resumes); ``--device cuda`` trains and evaluates on the GPU
 (bf16 autocast for training).
@@ -250,14 +251,36 @@ def print_loss_split(run: ablation.Run, args: argparse.Namespace, model_dir: Pat
                   f"| {r['share_active']:.2f} |", flush=True)
 
 
-def curve_dirs(out: Path, args: argparse.Namespace) -> dict[str, Path]:
-    """Where each family's cells of the run go: ``<out>/curves/<tag>``, or ``<tag>-<family>`` per family of a joint
-    model (each with ``run.json``: the model's tag and the family, for the plot's loss curve)."""
-    dirs = {f: out / "curves" / (args.tag if len(args.families) == 1 else f"{args.tag}-{f}") for f in args.families}
+def curve_dirs(out: Path, args: argparse.Namespace, tag: str | None = None) -> dict[str, Path]:
+    """Where each family's cells of the run (or of the run ``tag``) go: ``<out>/curves/<tag>``, or ``<tag>-<family>``
+    per family of a joint model (each with ``run.json``: the model's tag and the family, for the plot's loss curve)."""
+    tag = tag or args.tag
+    dirs = {f: out / "curves" / (tag if len(args.families) == 1 else f"{tag}-{f}") for f in args.families}
     for family, path in dirs.items():
         path.mkdir(parents=True, exist_ok=True)
-        (path / "run.json").write_text(json.dumps({"model": args.tag, "family": family}))
+        (path / "run.json").write_text(json.dumps({"model": tag, "family": family}))
     return dirs
+
+
+def branch(out: Path, args: argparse.Namespace, dirs: dict[str, Path]) -> None:
+    """Start this run from ``--branch_from TAG:STEP``: that run's checkpoint (weights, optimizer, data order and RNG
+    state) and its cells up to STEP are copied here, and training goes on as this command says (the recipe gives a
+    resumed run this command's learning rate). Once copied, the run resumes from its own checkpoints."""
+    import shutil
+
+    model_dir = out / "models" / args.tag
+    if checkpoints(model_dir):
+        return
+    tag, _, step = args.branch_from.rpartition(":")
+    saved = checkpoints(out / "models" / tag)
+    if not step.isdigit() or int(step) not in saved:
+        raise SystemExit(f"transfer_curve: --branch_from {args.branch_from}: give TAG:STEP with STEP one of "
+                         f"{sorted(saved)} (the complete checkpoints of {out / 'models' / tag})")
+    shutil.copytree(saved[int(step)], model_dir / saved[int(step)].name)
+    for family, source in curve_dirs(out, args, tag).items():
+        for cell in [*source.glob("step-*.json"), *source.glob("answers-step-*.jsonl")]:
+            if int(cell.stem.rsplit("-", 1)[1]) <= int(step):
+                shutil.copy2(cell, dirs[family] / cell.name)
 
 
 def evaluate(run: ablation.Run, args: argparse.Namespace, dirs: dict[str, Path], step: int, path: Path | None,
@@ -480,6 +503,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a local folder, or 'tiny' (a pipeline check)")
     parser.add_argument("--train_seconds", type=float, default=0,
                         help="stop training after this many seconds and evaluate what was saved (0: no limit)")
+    parser.add_argument("--branch_from", metavar="TAG:STEP",
+                        help="start from that run's checkpoint and cells up to STEP and train on as this command says "
+                        "(e.g. a lower --lr after the plateau; keep its --seed and data options for the same data order)")
     parser.add_argument("--grpo_from", help="a finished SDLP tag: run GRPO from its newest checkpoint instead "
                                             "('base': from the base model, the ablation's +GRPO row)")
     parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt")
@@ -542,6 +568,10 @@ def main(argv: list[str] | None = None) -> None:
         print_loss_split(run, args, model_dir, args.loss_split)
         return
     dirs = curve_dirs(out, args)
+    if args.branch_from:
+        if args.grpo_from:
+            parser.error("--branch_from continues an SDLP run; --grpo_from starts GRPO: give one")
+        branch(out, args, dirs)
     if args.lr is None:
         args.lr = 1e-5 if args.grpo_from else 2e-4
     if args.no_train:

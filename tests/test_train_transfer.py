@@ -469,6 +469,35 @@ def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
     assert "is trained to --steps 1; evaluating only" in again.stdout
 
 
+def test_transfer_curve_branches_a_run_at_a_checkpoint_and_goes_on_at_this_commands_rate(tmp_path):
+    """``--branch_from a:1 --lr 1e-4`` copies run a's checkpoint-1 and its step-1 cell and trains on from there at
+    1e-4: the optimizer and scheduler of its step 2 hold 1e-4 where a's hold a's 1e-3 (transformers alone would
+    resume at the checkpoint's rate); a step that is not a checkpoint is refused with the ones there are."""
+    import filecmp
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "curve"
+    base = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+            "--size", "tiny", "--steps", "2", "--every", "1", "--auc_at", "", "--relabel_copies", "1", "--lora_r", "0"]
+    subprocess.run([*base, "--tag", "a", "--lr", "1e-3"], check=True, cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run([*base, "--tag", "b", "--branch_from", "a:3"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "give TAG:STEP with STEP one of [1, 2]" in bad.stderr, bad.stderr[-2000:]
+    subprocess.run([*base, "--tag", "b", "--branch_from", "a:1", "--lr", "1e-4"], check=True, cwd=ROOT,
+                   capture_output=True, text=True)
+    a, b = out / "models" / "a", out / "models" / "b"
+    assert filecmp.cmp(a / "checkpoint-1" / "model.safetensors", b / "checkpoint-1" / "model.safetensors", shallow=False)
+    cell = "step-1.json"
+    assert (out / "curves" / "b" / cell).read_text() == (out / "curves" / "a" / cell).read_text()
+    for run, rate in ((a, 1e-3), (b, 1e-4)):
+        optimizer = torch.load(run / "checkpoint-2" / "optimizer.pt", weights_only=True)
+        scheduler = torch.load(run / "checkpoint-2" / "scheduler.pt", weights_only=True)
+        assert [g["lr"] for g in optimizer["param_groups"]] == pytest.approx([rate] * len(optimizer["param_groups"]))
+        assert scheduler["base_lrs"] == pytest.approx([rate] * len(scheduler["base_lrs"])), run
+    assert json.loads((b / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 2
+
+
 def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_path, capsys):
     """``--family wip,sa --relabel_families wip``: one SDLP run on both families' D_cs (WIP relabelled, SA on its
     writers' keys), then each family's probe and held-out detection in its own curve folder, which the plot reads

@@ -153,14 +153,46 @@ class CommandStepsCallback(TrainerCallback):
         state.compute_steps(args, state.max_steps)
 
 
+class CommandLearningRateCallback(TrainerCallback):
+    """Gives a resumed run this command's ``learning_rate``.
+
+    A checkpoint's optimizer and scheduler states hold the rate the run began with (every parameter group's
+    ``lr`` and the scheduler's ``base_lrs``), and transformers loads them over the ones built from the command, so
+    a run resumed with another ``--learning_rate`` would silently go on at the old rate. From the resumed step on,
+    the rate becomes ``r' = r * learning_rate / base_lr`` (the schedule's shape, warm-up and decay, is unchanged):
+    a run can lower its rate after a checkpoint. Optimizers whose groups start at different rates are left as the
+    checkpoint has them, with a warning.
+    """
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, optimizer: Any = None, lr_scheduler: Any = None,
+                       **kwargs: Any) -> None:
+        base = list(getattr(lr_scheduler, "base_lrs", None) or [])
+        if not state.global_step or optimizer is None or not base or all(abs(b - args.learning_rate) <= 1e-12 * b for b in base):
+            return
+        if len(set(base)) > 1:
+            warnings.warn(f"resumed at step {state.global_step} with parameter groups at rates {base}: kept as the "
+                          f"checkpoint has them, not --learning_rate {args.learning_rate:g}", stacklevel=2)
+            return
+        ratio = args.learning_rate / base[0]
+        for group in optimizer.param_groups:
+            group["lr"] *= ratio
+            group["initial_lr"] = args.learning_rate
+        lr_scheduler.base_lrs = [args.learning_rate] * len(base)
+        lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # what the Trainer logs
+        warnings.warn(f"resumed at step {state.global_step}: learning rate {base[0]:g} -> {args.learning_rate:g} "
+                      "(this command's --learning_rate) from here on", stacklevel=2)
+
+
 def train_resumable(trainer: Any) -> Any:
-    """``trainer.train()`` from :func:`resume_checkpoint`'s checkpoint, saving and logging as this command says
-    (:class:`CommandStepsCallback`); returns what ``train`` returns.
+    """``trainer.train()`` from :func:`resume_checkpoint`'s checkpoint, saving, logging and at the learning rate this
+    command says (:class:`CommandStepsCallback`, :class:`CommandLearningRateCallback`); returns what ``train``
+    returns.
 
     Args:
         trainer (`transformers.Trainer`): the recipe's trainer, not yet trained.
     """
     trainer.add_callback(CommandStepsCallback())
+    trainer.add_callback(CommandLearningRateCallback())
     return trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
 
 
