@@ -276,10 +276,11 @@ def branch(out: Path, args: argparse.Namespace, dirs: dict[str, Path]) -> None:
     if not step.isdigit() or int(step) not in saved:
         raise SystemExit(f"transfer_curve: --branch_from {args.branch_from}: give TAG:STEP with STEP one of "
                          f"{sorted(saved)} (the complete checkpoints of {out / 'models' / tag})")
-    shutil.copytree(saved[int(step)], model_dir / saved[int(step)].name)
+    step = int(step)
+    shutil.copytree(saved[step], model_dir / saved[step].name)
     for family, source in curve_dirs(out, args, tag).items():
         for cell in [*source.glob("step-*.json"), *source.glob("answers-step-*.jsonl")]:
-            if int(cell.stem.rsplit("-", 1)[1]) <= int(step):
+            if int(cell.stem.rsplit("-", 1)[1]) <= step:
                 shutil.copy2(cell, dirs[family] / cell.name)
 
 

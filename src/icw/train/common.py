@@ -167,7 +167,8 @@ class CommandLearningRateCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, optimizer: Any = None, lr_scheduler: Any = None,
                        **kwargs: Any) -> None:
         base = list(getattr(lr_scheduler, "base_lrs", None) or [])
-        if not state.global_step or optimizer is None or not base or all(abs(b - args.learning_rate) <= 1e-12 * b for b in base):
+        # a fresh run, or one resumed at its own rate (the checkpoint holds the command's float exactly)
+        if not state.global_step or optimizer is None or not base or set(base) == {args.learning_rate}:
             return
         if len(set(base)) > 1:
             warnings.warn(f"resumed at step {state.global_step} with parameter groups at rates {base}: kept as the "
