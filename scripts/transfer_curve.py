@@ -27,8 +27,8 @@ of 192-token answers instead of the size's, ``--num_h1 800`` of 800 ``D_H1`` ans
 ``--family wip,sa --relabel_families wip`` trains one joint model on both families' ``D_cs``, WIP's answers under
 fresh keys and SA's under the keys that wrote them (in as many copies), and evaluates it per family.
 ``--branch_from wip-full-lr1e-4-c8:400 --lr 5e-5`` goes on from that run's step 400 at another rate (a new ``--tag``).
-``--train_seconds`` stops training after that long and evaluates the checkpoints saved by then (for a
-time-limited device command; rerunning resumes); ``--device cuda`` trains and evaluates on the GPU
+``--train_seconds`` stops training after that long, saving the step in flight, and evaluates the checkpoints saved
+by then (for a time-limited device command; rerunning resumes); ``--device cuda`` trains and evaluates on the GPU
 (bf16 autocast for training).
 """
 
@@ -51,12 +51,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ablation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+#: How long a recipe interrupted by --train_seconds gets to finish its step and save it (on this 2-core CPU a
+#: SmolLM2 step takes 7-30 s, SDLP to GRPO, and a full fine-tuning checkpoint about 4 s).
+STOP_GRACE_SECONDS = 300
 
 
 def _recipe(cmd: list[str], out: Path, seconds: float = 0) -> None:
     """A recipe in a subprocess, as a user runs it (it resumes from the newest checkpoint of ``out``).
 
-    With ``seconds`` > 0 the recipe is interrupted after that long; what it saved stays (a rerun resumes).
+    With ``seconds`` > 0 the recipe is interrupted after that long: it saves the step in flight and stops (a rerun
+    resumes from there).
     """
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -70,10 +74,10 @@ def _recipe(cmd: list[str], out: Path, seconds: float = 0) -> None:
         try:
             code = proc.wait(timeout=seconds or None)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)  # the Trainer stops like a Ctrl-C: finished checkpoints stay
+            proc.send_signal(signal.SIGINT)  # like a Ctrl-C: the recipe saves the step in flight, then stops
             try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
+                proc.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:  # still no checkpoint: the earlier ones stay
                 proc.kill()
             print(f"transfer_curve: training stopped after --train_seconds {seconds:g}; rerun to resume", flush=True)
             return

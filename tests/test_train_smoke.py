@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -235,17 +236,19 @@ def test_synthesis_resumes_without_redoing_finished_rows(tiny_qwen, tmp_path):
 
 # a recipe run in a real subprocess that SIGKILLs itself at a known point, so the test never depends on timing:
 # right after the given optimizer step (between two checkpoints), or while saving that step's checkpoint (after
-# its weights and optimizer, before its trainer_state.json)
+# its weights and optimizer, before its trainer_state.json); or that sends itself SIGINT / SIGTERM after the step
+# (Ctrl-C, a scheduler's time limit), as a foreground process does (SIGINT is not ignored, whatever the test runner's)
 KILL_WRAPPER = """
 import os, runpy, signal, sys
 from transformers import Trainer, TrainerCallback
 
 STEP, WHERE = int(os.environ["ICW_TEST_KILL_AFTER_STEP"]), os.environ["ICW_TEST_KILL_WHERE"]
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class KillAfterStep(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
-        if WHERE == "step" and state.global_step == STEP:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if WHERE in ("step", "SIGINT", "SIGTERM") and state.global_step == STEP:
+            os.kill(os.getpid(), getattr(signal, "SIGKILL" if WHERE == "step" else WHERE))
 
 init, save_rng_state = Trainer.__init__, Trainer._save_rng_state
 def patched(self, *args, **kwargs):
@@ -270,6 +273,8 @@ def _run_recipe(script: str, args: list[str], tmp_path: Path, kill_after: int | 
     proc = subprocess.run([sys.executable, str(wrapper), str(ROOT / "recipes" / script), *args],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     expected = returncode if returncode is not None else -9 if kill_after else 0
+    if kill_after and where.startswith("SIG"):  # stopped cleanly: exit status 128 + the signal's number
+        expected = 128 + getattr(signal, where)
     assert proc.returncode == expected, proc.stderr[-4000:]
     return proc.returncode, proc.stderr
 
@@ -279,12 +284,14 @@ def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
     return [(h["step"], h["loss"], h.get("reward", 0.0)) for h in state["log_history"] if "loss" in h]
 
 
-@pytest.mark.parametrize(("recipe", "where"), [("sdlp", "step"), ("grpo", "step"), ("sdlp", "save")])
+@pytest.mark.parametrize(("recipe", "where"), [("sdlp", "step"), ("grpo", "step"), ("sdlp", "save"),
+                                               ("sdlp", "SIGINT"), ("grpo", "SIGTERM")])
 def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tmp_path):
     """A run SIGKILLed after step 3 (checkpoints every 2 steps), or while saving checkpoint-4, and started again
     with the same command resumes from the last complete checkpoint and ends with the loss (and reward) curve of
     an uninterrupted run, step for step; the command run again on the finished run is refused, and resumed to a
-    higher ``--max_steps`` with another ``--save_steps`` it saves as the new command says, not as the checkpoint did."""
+    higher ``--max_steps`` with another ``--save_steps`` it saves as the new command says, not as the checkpoint did.
+    A run sent SIGINT or SIGTERM after step 3 saves checkpoint-3 first, says so, and resumes from it."""
     if recipe == "sdlp":
         args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--per_device_train_batch_size",
                 "2", "--learning_rate", "1e-3", "--relabel_keys", "true", "--relabel_copies", "2"]
@@ -296,12 +303,17 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tm
              "1", "--save_strategy", "steps", "--save_steps", "2", "--resume_from_checkpoint", "last", "--seed", "3"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path)
-    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, 3 if where == "step" else 4, where)
+    err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, 4 if where == "save" else 3,
+                      where)[1]
     saved = {p.name: (p / "trainer_state.json").exists() for p in killed.glob("checkpoint-*")}
     if where == "step":  # died between checkpoints
         assert saved == {"checkpoint-2": True}
-    else:  # died inside checkpoint-4: its weights are there, its trainer_state.json is not
+    elif where == "save":  # died inside checkpoint-4: its weights are there, its trainer_state.json is not
         assert saved == {"checkpoint-2": True, "checkpoint-4": False} and any((killed / "checkpoint-4").iterdir())
+    else:  # the step in flight was saved, and no final model
+        assert saved == {"checkpoint-2": True, "checkpoint-3": True}
+        assert not any((killed / name).exists() for name in ("model.safetensors", "adapter_model.safetensors"))
+        assert f"stopped by {where} after step 3 of 6: saved {killed / 'checkpoint-3'}" in err, err[-3000:]
     err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path)[1]
     assert ("checkpoint-4: no trainer_state.json, so saving was interrupted" in err) == (where == "save"), err[-3000:]
     expected, resumed = _history(whole, 6), _history(killed, 6)

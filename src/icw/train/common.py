@@ -6,6 +6,9 @@ their trl config and call :func:`load_policy` and :func:`train_and_save` (or :fu
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -184,17 +187,80 @@ class CommandLearningRateCallback(TrainerCallback):
                       "(this command's --learning_rate) from here on", stacklevel=2)
 
 
+class SaveOnSignalCallback(TrainerCallback):
+    """Turns the first SIGINT or SIGTERM during training into a checkpoint of the step in flight and a clean stop.
+
+    Ctrl-C, ``kill``, a scheduler's time limit or ``transfer_curve.py --train_seconds`` would otherwise lose every
+    step since the last checkpoint. The first signal lets the current step finish, then the Trainer saves
+    ``checkpoint-<step>`` as at any save step (so the same command resumes from it, with the curve of an
+    uninterrupted run) and stops; a second signal acts at once, as it would without this callback. Under several
+    processes the stop is agreed each step (an all-reduce of one flag), so every rank saves the same step.
+
+    transformers' own ``enable_jit_checkpoint`` handles SIGTERM alone, and saves before the optimizer step of the
+    step in flight; where it is on, SIGTERM is left to it. A signal the process ignores (``SIG_IGN``) stays ignored.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None  # the signal's number, once any rank has one
+        self.stopped_at: int | None = None
+        self._signalled = False  # this process got one
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self._signalled:  # the second signal: what the process would have done without us
+            self._restore()
+            signal.raise_signal(signum)
+            return
+        self._signalled, self.received = True, signum
+        print(f"\n{signal.Signals(signum).name}: saving a checkpoint once this step ends, then stopping "
+              "(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only
+        wanted = [signal.SIGINT] + ([] if getattr(args, "enable_jit_checkpoint", False) else [signal.SIGTERM])
+        for signum in wanted:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                self._previous[signum] = signal.signal(signum, self._handle)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            signum = torch.tensor([float(self.received or 0)], device=args.device)
+            torch.distributed.all_reduce(signum, op=torch.distributed.ReduceOp.MAX)
+            self.received = int(signum.item()) or None
+        if self.received is not None and state.global_step < state.max_steps:
+            control.should_save = control.should_training_stop = True
+            self.stopped_at = state.global_step
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._restore()
+
+
 def train_resumable(trainer: Any) -> Any:
     """``trainer.train()`` from :func:`resume_checkpoint`'s checkpoint, saving, logging and at the learning rate this
     command says (:class:`CommandStepsCallback`, :class:`CommandLearningRateCallback`); returns what ``train``
-    returns.
+    returns. A SIGINT or SIGTERM saves the step in flight and exits with status 128 + the signal's number
+    (:class:`SaveOnSignalCallback`): the same command resumes from that checkpoint.
 
     Args:
         trainer (`transformers.Trainer`): the recipe's trainer, not yet trained.
     """
-    trainer.add_callback(CommandStepsCallback())
-    trainer.add_callback(CommandLearningRateCallback())
-    return trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    on_signal = SaveOnSignalCallback()
+    for callback in (CommandStepsCallback(), CommandLearningRateCallback(), on_signal):
+        trainer.add_callback(callback)
+    result = trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    if on_signal.stopped_at is not None:
+        if trainer.is_world_process_zero():
+            print(f"stopped by {signal.Signals(on_signal.received).name} after step {on_signal.stopped_at} of "
+                  f"{trainer.state.max_steps}: saved {Path(trainer.args.output_dir) / f'checkpoint-{on_signal.stopped_at}'}; "
+                  "the same command with --resume_from_checkpoint last resumes from it", file=sys.stderr, flush=True)
+        raise SystemExit(128 + on_signal.received)
+    return result
 
 
 def newest_complete_checkpoint(folder: Path) -> str | None:
