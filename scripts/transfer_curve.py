@@ -415,25 +415,26 @@ def plot(out: Path, target: str) -> None:
     lines = ["| Run | step | A | B (instruction) | C (prefix) | plain | held-out AUC (95% CI) | TPR@1%FPR | verdict@0.01 "
              "| FPR@0.01 | median PPL instructed / plain | mean length instructed / plain |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for tag in tags:
+    for index, tag in enumerate(tags):
         cells = sorted((json.loads(p.read_text()) for p in tag.glob("step-*.json")), key=lambda c: c["step"])
         if not cells:
             continue
+        color = f"C{index % 10}"  # one colour per run in every panel, also where a run has no AUC
         meta = tag / "run.json"  # a joint model's curves, one per family, share its training log
         history = training_log(out / "models" / (json.loads(meta.read_text())["model"] if meta.exists() else tag.name))
         signal = "reward" if any("reward" in h for h in history) else "loss"
         logged = [h for h in history if signal in h]
-        axes[3].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})")
+        axes[3].plot([h["step"] for h in logged], [h[signal] for h in logged], label=f"{tag.name} ({signal})", color=color)
         probed = [c for c in cells if "probe" in c]
         for ax, cond in zip(axes[:2], ("B", "A"), strict=True):
             if probed:
                 ax.errorbar([c["step"] for c in probed], [c["probe"][cond][0] for c in probed], marker="o", capsize=3,
-                            yerr=[2 * c["probe"][cond][1] for c in probed], label=tag.name)
+                            yerr=[2 * c["probe"][cond][1] for c in probed], label=tag.name, color=color)
         detected = [c for c in cells if "detection" in c]
         if detected:
             auc = [c["detection"]["roc_auc"] for c in detected]
             lo, hi = zip(*(c["detection"]["roc_auc_ci"] for c in detected), strict=True)
-            axes[2].errorbar([c["step"] for c in detected], auc, marker="o", capsize=3, label=tag.name,
+            axes[2].errorbar([c["step"] for c in detected], auc, marker="o", capsize=3, label=tag.name, color=color,
                              yerr=[[a - low for a, low in zip(auc, lo, strict=True)],
                                    [high - a for a, high in zip(auc, hi, strict=True)]])
         for c in cells:

@@ -378,7 +378,8 @@ def test_transfer_curve_paired_comparison_counts_discordant_verdicts(tmp_path):
 
 
 def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job(tmp_path, capsys):
-    """``--train_seconds`` ends the recipe with SIGINT (the Trainer keeps its finished checkpoints), also when the
+    """``--train_seconds`` ends the recipe with SIGINT (a recipe then saves its step in flight and stops: the
+    SIGINT case of tests/test_train_smoke.py's kill-and-resume test), also when the
     script runs as a shell's background job, which starts with SIGINT ignored (a device run stopped 60 s late)."""
     import signal
 
