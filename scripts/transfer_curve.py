@@ -24,6 +24,8 @@ of 192-token answers instead of the size's, ``--num_h1 800`` of 800 ``D_H1`` ans
 ``--relabel_copies`` trains each
 ``D_H1`` answer under that many fresh keys (prefix-free targets; 0 keeps the keys the answers were written with).
 ``--curriculum 1,8,0`` trains one key, then eight, then a key per row (one epoch is the curriculum).
+``--lmbda 0.5`` trains half the steps on-policy: the student samples the batch's answers from instruction + query
+and the teacher scores them (its bias follows the student's tokens).
 ``--family wip,sa --relabel_families wip`` trains one joint model on both families' ``D_cs``, WIP's answers under
 fresh keys and SA's under the keys that wrote them (in as many copies), and evaluates it per family.
 ``--branch_from wip-full-lr1e-4-c8:400 --lr 5e-5`` goes on from that run's step 400 at another rate (a new ``--tag``).
@@ -102,6 +104,8 @@ def train(args: argparse.Namespace, data: str, out: Path) -> None:
             cmd += ["--relabel_families", *args.relabel_families.split(",")]
     if args.curriculum:
         cmd += ["--relabel_curriculum", *args.curriculum.split(",")]
+    if args.lmbda:
+        cmd += ["--lmbda", str(args.lmbda)]
     if args.lora_r:
         cmd += ["--use_peft", "true", *lora_flags(args)]
     _recipe(cmd, out, args.train_seconds)
@@ -348,12 +352,16 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
     rep = detection_report(zp, zn, num_bootstrap=1000)
     base, _ = run.base()
     batch = 4 if args.device == "cpu" else 32
-    ppl = {side: [p for p in perplexities(base, tok, queries, texts, batch_size=batch) if p is not None and np.isfinite(p)]
+    # per answer, None where the base model gives none (an empty answer), so that --paired can pair them
+    ppl = {side: [p if p is not None and np.isfinite(p) else None
+                  for p in perplexities(base, tok, queries, texts, batch_size=batch)]
            for side, texts in (("instructed", pos), ("plain", neg))}
     with answers.open("w") as f:
-        for q, k, a, b, r, rn in zip(queries, keys, pos, neg, res, res_neg, strict=True):
+        for i, (q, k, a, b, r, rn) in enumerate(zip(queries, keys, pos, neg, res, res_neg, strict=True)):
             f.write(json.dumps({"query": q, "key": k.to_string(), "instructed": a, "plain": b, "z_instructed": r.z_score,
-                                "p_instructed": r.p_value, "z_plain": rn.z_score, "p_plain": rn.p_value}) + "\n")
+                                "p_instructed": r.p_value, "z_plain": rn.z_score, "p_plain": rn.p_value,
+                                "ppl_instructed": ppl["instructed"][i], "ppl_plain": ppl["plain"][i]}) + "\n")
+    ppl = {side: [p for p in v if p is not None] for side, v in ppl.items()}
     return {"roc_auc": rep.roc_auc, "roc_auc_ci": list(rep.roc_auc_ci), "tpr_at_fpr": rep.tpr_at_fpr,
             "tpr_at_fpr_ci": list(rep.tpr_at_fpr_ci), "num_positive": len(zp), "num_negative": len(zn),
             "mean_z_instructed": float(np.mean(zp)), "mean_z_plain": float(np.mean(zn)),
@@ -374,7 +382,9 @@ def paired_comparison(before: Path, after: Path, alpha: float = 0.01) -> dict[st
     Verdicts (p <= ``alpha``) by the exact McNemar test (null: a question flagged only before is as likely as one
     flagged only after; two-sided binomial over the discordant pairs) and instructed z by the Wilcoxon signed-rank
     test (null: the paired differences are symmetric about 0). Sampling alone moves answers across alpha, so a
-    verdict rate's change means something only against its discordant pairs.
+    verdict rate's change means something only against its discordant pairs. Where both files give each answer's
+    perplexity under the base model, its ratio after / before is paired the same way (Wilcoxon on the log ratios),
+    for the instructed and the plain answers.
     """
     import statistics
 
@@ -391,7 +401,25 @@ def paired_comparison(before: Path, after: Path, alpha: float = 0.01) -> dict[st
             "flagged_only_before": only_before, "flagged_only_after": only_after,
             "mcnemar_p": binomtest(only_after, only_before + only_after).pvalue if only_before + only_after else 1.0,
             "mean_z_difference": statistics.mean(diffs), "median_z_difference": statistics.median(diffs),
-            "wilcoxon_p": float(wilcoxon(diffs).pvalue) if any(diffs) else 1.0}
+            "wilcoxon_p": float(wilcoxon(diffs).pvalue) if any(diffs) else 1.0, **paired_perplexity(*rows)}
+
+
+def paired_perplexity(before: list[dict], after: list[dict]) -> dict[str, float]:
+    """Median ratio after / before of each answer's perplexity, and the Wilcoxon p of the log ratios, per side
+    (answers that either file gives no perplexity are left out; a file written before PPL was stored: nothing)."""
+    import math
+    import statistics
+
+    from scipy.stats import wilcoxon
+
+    result = {}
+    for side in ("instructed", "plain"):
+        pairs = [(a.get(f"ppl_{side}"), b.get(f"ppl_{side}")) for a, b in zip(before, after, strict=True)]
+        logs = [math.log(b / a) for a, b in pairs if a and b]
+        if logs:
+            result |= {f"ppl_{side}_answers": len(logs), f"median_ppl_ratio_{side}": math.exp(statistics.median(logs)),
+                       f"ppl_{side}_wilcoxon_p": float(wilcoxon(logs).pvalue) if any(logs) else 1.0}
+    return result
 
 
 def training_log(model_dir: Path) -> list[dict]:
@@ -501,6 +529,9 @@ def main(argv: list[str] | None = None) -> None:
                                                    "model: wip); the others train under their writers' keys")
     parser.add_argument("--curriculum", help="pool sizes of a key curriculum, e.g. 1,8,0 (stages in order, 0: a key "
                                              "per row; --relabel_copies copies per stage)")
+    parser.add_argument("--lmbda", type=float, default=0.0,
+                        help="fraction of steps trained on the student's own samples, scored by the teacher (trl "
+                             "GKD's lmbda; 0: every step on D_cs)")
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
     parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
     parser.add_argument("--eval_tokens", type=int, default=160)

@@ -356,23 +356,30 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
 
 def test_transfer_curve_paired_comparison_counts_discordant_verdicts(tmp_path):
     """Two evaluations of the same questions and keys, paired: McNemar over the questions whose verdict changed (an
-    exact binomial, so 3 against 1 is p = 0.625), Wilcoxon over the z differences; other questions are refused."""
+    exact binomial, so 3 against 1 is p = 0.625), Wilcoxon over the z differences and over the log PPL ratios of
+    the answers both files give a PPL; other questions are refused."""
     import json
 
     curve = _transfer_curve()
 
-    def answers(name: str, p_values: list[float], z: list[float], key: str = "k") -> Path:
+    def answers(name: str, p_values: list[float], z: list[float], key: str = "k", ppl: list | None = None) -> Path:
         path = tmp_path / name
-        path.write_text("".join(json.dumps({"query": f"q{i}", "key": key, "p_instructed": p, "z_instructed": zi}) + "\n"
+        path.write_text("".join(json.dumps({"query": f"q{i}", "key": key, "p_instructed": p, "z_instructed": zi,
+                                            **({"ppl_instructed": ppl[i]} if ppl else {})}) + "\n"
                                 for i, (p, zi) in enumerate(zip(p_values, z, strict=True))))
         return path
 
-    before = answers("before.jsonl", [0.001, 0.005, 0.01, 0.2, 0.3, 0.5], [3.0, 2.8, 2.5, 1.0, 0.5, 0.0])
-    after = answers("after.jsonl", [0.5, 0.001, 0.002, 0.004, 0.008, 0.009], [0.1, 3.1, 3.0, 2.9, 2.7, 2.6])
+    before = answers("before.jsonl", [0.001, 0.005, 0.01, 0.2, 0.3, 0.5], [3.0, 2.8, 2.5, 1.0, 0.5, 0.0],
+                     ppl=[2.0, 2.0, 2.0, 2.0, 2.0, None])
+    after = answers("after.jsonl", [0.5, 0.001, 0.002, 0.004, 0.008, 0.009], [0.1, 3.1, 3.0, 2.9, 2.7, 2.6],
+                    ppl=[1.0, 1.0, 1.0, 4.0, 1.0, 1.0])
     result = curve.paired_comparison(before, after)
     assert (result["flagged_both"], result["flagged_only_before"], result["flagged_only_after"]) == (2, 1, 3)
     assert abs(result["mcnemar_p"] - 0.625) < 1e-12
     assert abs(result["mean_z_difference"] - (14.4 - 9.8) / 6) < 1e-12 and 0 < result["wilcoxon_p"] < 1
+    # the sixth answer has no PPL before: 5 pairs, four halved and one doubled
+    assert result["ppl_instructed_answers"] == 5 and abs(result["median_ppl_ratio_instructed"] - 0.5) < 1e-12
+    assert 0 < result["ppl_instructed_wilcoxon_p"] < 1 and "ppl_plain_answers" not in result
     with pytest.raises(SystemExit, match="same questions and keys"):
         curve.paired_comparison(before, answers("other.jsonl", [0.5] * 6, [0.0] * 6, key="other"))
 
@@ -503,8 +510,10 @@ def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_p
     """``--family wip,sa --relabel_families wip``: one SDLP run on both families' D_cs (WIP relabelled, SA on its
     writers' keys), then each family's probe and held-out detection in its own curve folder, which the plot reads
     with the joint run's loss, the last checkpoint first; SA's D_cs made alone and seeded into the joint folder
-    (``ablation_device.sh seed``) is reused as it is; an unknown family is refused before anything runs."""
+    (``ablation_device.sh seed``) is reused as it is; half its steps are on-policy (``--lmbda 0.5``); an unknown
+    family is refused before anything runs."""
     import json
+    import statistics
     import subprocess
     import sys
 
@@ -520,8 +529,8 @@ def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_p
     subprocess.run(["bash", "scripts/ablation_device.sh", "seed", str(sa_out), str(out)], check=True, cwd=ROOT,
                    capture_output=True)
     cmd = [*script, "--out", str(out), *options]
-    run = subprocess.run([*cmd, "--family", "wip,sa", "--relabel_families", "wip"], check=True, cwd=ROOT,
-                         capture_output=True, text=True)
+    run = subprocess.run([*cmd, "--family", "wip,sa", "--relabel_families", "wip", "--lmbda", "0.5"], check=True,
+                         cwd=ROOT, capture_output=True, text=True)
     sa_rows = pq.read_table(sa_out / "dcs" / "data.parquet").to_pylist()
     assert f"resuming: {len(sa_rows)} rows already" in run.stdout
     joint_rows = pq.read_table(out / "dcs" / "data.parquet").to_pylist()
@@ -531,7 +540,7 @@ def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_p
     steps = [line.split()[2] for line in run.stdout.splitlines() if line.startswith("transfer_curve: step ")]
     assert steps == ["4", "4", "0", "0", "2", "2"]
     command = (out / "models" / "joint" / "command.txt").read_text()
-    assert "--families wip sa " in command and "--relabel_families wip " in command
+    assert "--families wip sa " in command and "--relabel_families wip " in command and "--lmbda 0.5" in command
     for family in ("wip", "sa"):
         folder = out / "curves" / f"joint-{family}"
         assert json.loads((folder / "run.json").read_text()) == {"model": "joint", "family": family}
@@ -539,6 +548,10 @@ def test_transfer_curve_trains_one_joint_model_and_evaluates_it_per_family(tmp_p
         assert cell["detection"]["num_positive"] == 4 and {"A", "B", "C", "plain"} <= set(cell["probe"])
         assert ("transitions" in cell["detection"]) == (family == "sa") == ("by_state" in cell["probe"])
         assert (folder / "answers-step-2.jsonl").exists() and (folder / "step-0.json").exists()
+        # each answer's PPL is kept beside it (for --paired), and the cell's median is theirs
+        answers = [json.loads(line) for line in (folder / "answers-step-4.jsonl").read_text().splitlines()]
+        ppl = [r["ppl_instructed"] for r in answers if r["ppl_instructed"] is not None]
+        assert len(ppl) == 4 and abs(statistics.median(ppl) - cell["detection"]["median_ppl_instructed"]) < 1e-9
     curve = _transfer_curve()
     curve.plot(out, str(tmp_path / "joint.png"))
     assert "| joint-sa | 4 |" in capsys.readouterr().out
