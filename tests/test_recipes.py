@@ -190,8 +190,9 @@ def test_trl_bf16_default_becomes_fp32_on_a_cpu_without_native_bf16():
 
 def test_a_signal_during_training_saves_the_step_and_a_second_one_acts_at_once():
     """SaveOnSignalCallback in process: the first SIGINT / SIGTERM asks for a save and a stop at the step's end
-    (none at the last step, which finishes anyway), a second one is what the process did before, and the handlers
-    are put back when training ends. The whole recipe path is tests/test_train_smoke.py's kill-and-resume test."""
+    (none at the last step, which finishes anyway), a second one is what the process did before, the handlers
+    are put back when training ends, and an ignored signal stays ignored. The whole recipe path is
+    tests/test_train_smoke.py's kill-and-resume test."""
     import signal
     import threading
 
@@ -202,25 +203,45 @@ def test_a_signal_during_training_saves_the_step_and_a_second_one_acts_at_once()
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers can only be set from the main thread")
     args = TrainingArguments(output_dir="unused", use_cpu=True, report_to="none")
-    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-    for signum, again in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, "SIG_DFL")):
+    # a worker that inherited SIGINT ignored or either signal blocked (the callback rightly leaves an ignored one alone:
+    # the end of this test) would fail the checks: they start from a foreground process's handlers, unblocked, and
+    # what the worker had comes back after
+    inherited = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        for signum, again in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, "SIG_DFL")):
+            callback, state, control = SaveOnSignalCallback(), TrainerState(global_step=7, max_steps=10), TrainerControl()
+            callback.on_train_begin(args, state, control)
+            callback.on_step_end(args, state, control)
+            assert not control.should_save and not control.should_training_stop
+            signal.raise_signal(signum)
+            callback.on_step_end(args, state, control)
+            assert control.should_save and control.should_training_stop and callback.stopped_at == 7
+            last = TrainerControl()
+            callback.on_step_end(args, TrainerState(global_step=10, max_steps=10), last)
+            assert not last.should_save and callback.stopped_at == 7
+            if again is KeyboardInterrupt:
+                with pytest.raises(KeyboardInterrupt):
+                    signal.raise_signal(signum)
+            else:  # raising it again would end pytest: the handler it would go back to is the one from before
+                assert callback._previous[signum] is before[signum]
+                callback.on_train_end(args, state, control)
+            assert {s: signal.getsignal(s) for s in before} == before
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         callback, state, control = SaveOnSignalCallback(), TrainerState(global_step=7, max_steps=10), TrainerControl()
         callback.on_train_begin(args, state, control)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.raise_signal(signal.SIGINT)
         callback.on_step_end(args, state, control)
-        assert not control.should_save and not control.should_training_stop
-        signal.raise_signal(signum)
-        callback.on_step_end(args, state, control)
-        assert control.should_save and control.should_training_stop and callback.stopped_at == 7
-        last = TrainerControl()
-        callback.on_step_end(args, TrainerState(global_step=10, max_steps=10), last)
-        assert not last.should_save and callback.stopped_at == 7
-        if again is KeyboardInterrupt:
-            with pytest.raises(KeyboardInterrupt):
-                signal.raise_signal(signum)
-        else:  # raising it again would end pytest: the handler it would go back to is the one from before
-            assert callback._previous[signum] is before[signum]
-            callback.on_train_end(args, state, control)
-        assert {s: signal.getsignal(s) for s in before} == before
+        assert not control.should_save and callback.received is None
+        callback.on_train_end(args, state, control)
+    finally:
+        for signum, handler in inherited.items():
+            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 # ------------------------------------------------- the recipe scripts as a new user runs them
