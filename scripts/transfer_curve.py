@@ -357,10 +357,11 @@ def heldout_detection(run: ablation.Run, model: Any, tok: Any, args: argparse.Na
                   for p in perplexities(base, tok, queries, texts, batch_size=batch)]
            for side, texts in (("instructed", pos), ("plain", neg))}
     with answers.open("w") as f:
-        for i, (q, k, a, b, r, rn) in enumerate(zip(queries, keys, pos, neg, res, res_neg, strict=True)):
+        for q, k, a, b, r, rn, pa, pb in zip(queries, keys, pos, neg, res, res_neg, ppl["instructed"], ppl["plain"],
+                                             strict=True):
             f.write(json.dumps({"query": q, "key": k.to_string(), "instructed": a, "plain": b, "z_instructed": r.z_score,
                                 "p_instructed": r.p_value, "z_plain": rn.z_score, "p_plain": rn.p_value,
-                                "ppl_instructed": ppl["instructed"][i], "ppl_plain": ppl["plain"][i]}) + "\n")
+                                "ppl_instructed": pa, "ppl_plain": pb}) + "\n")
     ppl = {side: [p for p in v if p is not None] for side, v in ppl.items()}
     return {"roc_auc": rep.roc_auc, "roc_auc_ci": list(rep.roc_auc_ci), "tpr_at_fpr": rep.tpr_at_fpr,
             "tpr_at_fpr_ci": list(rep.tpr_at_fpr_ci), "num_positive": len(zp), "num_negative": len(zn),

@@ -208,14 +208,15 @@ class SaveOnSignalCallback(TrainerCallback):
 
     def _handle(self, signum: int, _frame: Any) -> None:
         if self._signalled:  # the second signal: what the process would have done without us
-            self._restore()
+            self.restore()
             signal.raise_signal(signum)
             return
         self._signalled, self.received = True, signum
         print(f"\n{signal.Signals(signum).name}: saving a checkpoint once this step ends, then stopping "
               "(send it again to stop at once)", file=sys.stderr, flush=True)
 
-    def _restore(self) -> None:
+    def restore(self) -> None:
+        """Put back the handlers the process had before training began."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
@@ -238,7 +239,7 @@ class SaveOnSignalCallback(TrainerCallback):
             self.stopped_at = state.global_step
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._restore()
+        self.restore()
 
 
 def train_resumable(trainer: Any) -> Any:
@@ -253,7 +254,10 @@ def train_resumable(trainer: Any) -> Any:
     on_signal = SaveOnSignalCallback()
     for callback in (CommandStepsCallback(), CommandLearningRateCallback(), on_signal):
         trainer.add_callback(callback)
-    result = trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    try:
+        result = trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args))
+    finally:  # on_train_end does not run when training raises: the handlers go back all the same
+        on_signal.restore()
     if on_signal.stopped_at is not None:
         if trainer.is_world_process_zero():
             print(f"stopped by {signal.Signals(on_signal.received).name} after step {on_signal.stopped_at} of "
