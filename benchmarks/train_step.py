@@ -12,8 +12,10 @@ Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat temp
   ``--completion-tokens`` new tokens (``min_new_tokens`` = ``max_new_tokens``) for one prompt, with
   the KV cache, and one no-grad forward of those sequences;
 * SDLP: one :class:`~icw.train.sdlp.SDLPTrainer` step on ``--batch`` rows of ``--response-tokens``
-  tokens, split into collate / teacher forward / student forward / loss (chunked KL) / backward /
-  optimizer;
+  tokens (LoRA r ``--lora-r``, or full fine-tuning beside a frozen teacher copy with ``--lora-r 0``),
+  split into collate / teacher forward / student forward / loss (chunked KL) / backward / optimizer,
+  and apart from the step the student's own samples that an on-policy step (``lmbda``) trains on
+  (``SDLPTrainer.on_policy_batch``), which give the on-policy / off-policy step ratio;
 * GRPO: one ``trl.GRPOTrainer`` step (``loss_type="grpo"``, the :class:`~icw.train.grpo.ICWReward`,
   LoRA) on one prompt with ``--generations`` completions forced to ``--completion-tokens`` tokens, the
   phases timed by wrapping the trainer's own methods: generation, reward, forward (policy log-probs),
@@ -166,31 +168,33 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
     from datasets import Dataset
     from peft import LoraConfig
 
-    from icw.train.sdlp import SDLPConfig, SDLPTrainer, _final_hidden, _head_fn, _unwrap, chunked_sdlp_loss
+    from icw.train.sdlp import SDLPConfig, SDLPTrainer, _final_hidden, _head_fn, chunked_sdlp_loss
 
     ids = tokenizer(PARAPHRASE_SOURCE * 8, add_special_tokens=False)["input_ids"][: args.response_tokens]
     rows = [{**r, "response": "", "response_ids": ids} for r in wip_rows(tokenizer, args.batch)]
     config = SDLPConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, top_k_wip=0,
                         loss_chunk_size=512, max_response_length=args.response_tokens + 1, learning_rate=2e-4)
+    lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear") if args.lora_r else None
     trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                          peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+                          peft_config=lora)
     policy = trainer.model
     policy.train()
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=2e-4)
     features = [trainer.train_dataset[i] for i in range(args.batch)]
     timer = PhaseTimer()
+    sampled: list[float] = []
     gather = lambda h, pos: h.gather(1, pos[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
     for _ in range(args.steps + 1):
         start = time.perf_counter()
         with timer.phase("collate"):
             inputs = trainer.data_collator(features)
-        with timer.phase("teacher forward"), torch.no_grad(), _unwrap(policy).disable_adapter():
-            t_hidden = _final_hidden(policy, inputs["teacher_input_ids"], inputs["teacher_attention_mask"])
+        with timer.phase("teacher forward"):
+            t_hidden, t_head = trainer._teacher_hidden(policy, inputs)
         with timer.phase("student forward"):
             s_hidden = _final_hidden(policy, inputs["student_input_ids"], inputs["student_attention_mask"])
         with timer.phase("loss (chunked KL)"):
             loss = chunked_sdlp_loss(gather(s_hidden, inputs["student_positions"]),
-                                     gather(t_hidden, inputs["teacher_positions"]), _head_fn(policy), _head_fn(policy),
+                                     gather(t_hidden, inputs["teacher_positions"]), _head_fn(policy), t_head,
                                      inputs["response_mask"], inputs["bias_rows"], inputs["bias_values"],
                                      inputs["bias_index"], inputs["top_k"], config.loss_chunk_size)
         with timer.phase("backward"):
@@ -198,10 +202,17 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
             loss.backward()
         with timer.phase("optimizer"):
             optimizer.step()
-        timer.end_step(time.perf_counter() - start)
+        total = time.perf_counter() - start
+        # an on-policy step (lmbda) first replaces the responses by the student's own samples
+        with timer.phase("on-policy sampling"):
+            sampled.append(trainer.on_policy_batch(policy, inputs)["response_mask"].sum(1).mean().item())
+        timer.end_step(total)
     shape = (f"{args.batch} rows: teacher {len(features[0]['teacher_prompt_ids'])} + {len(features[0]['response_ids'])}, "
-             f"student {len(features[0]['student_prompt_ids'])} + {len(features[0]['response_ids'])} tokens")
-    return timer.medians(), shape
+             f"student {len(features[0]['student_prompt_ids'])} + {len(features[0]['response_ids'])} tokens, "
+             + (f"LoRA r {args.lora_r}" if args.lora_r else "full fine-tuning"))
+    medians = timer.medians()
+    medians["sampled tokens"] = statistics.median(sampled[1:] or sampled)
+    return medians, shape
 
 
 def grpo_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dict[str, float], str]:
@@ -306,6 +317,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=3, help="measured steps per section (after one warm-up)")
     parser.add_argument("--batch", type=int, default=4, help="SDLP rows per step")
     parser.add_argument("--response-tokens", type=int, default=112, help="SDLP response tokens per row")
+    parser.add_argument("--lora-r", type=int, default=16, help="SDLP LoRA rank (0: full fine-tuning, a frozen teacher copy)")
     parser.add_argument("--generations", type=int, default=4, help="GRPO completions per step (one prompt)")
     parser.add_argument("--completion-tokens", type=int, default=120, help="GRPO completion / paraphrase tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -336,13 +348,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if base:
         rows += [["floor", "generate (KV cache)", f"{base['generate']:.2f}", base["shape"]],
                  ["floor", "forward, no grad", f"{base['forward']:.2f}", base["shape"]]]
+    sdlp = None
     if "sdlp" in sections:
         import copy
 
-        phases, shape = sdlp_step(copy.deepcopy(model), tok, args)
-        rows += [["SDLP", name, f"{phases[name]:.2f}", shape if name == "total" else ""]
+        sdlp, shape = sdlp_step(copy.deepcopy(model), tok, args)
+        rows += [["SDLP", name, f"{sdlp[name]:.2f}", shape if name == "total" else ""]
                  for name in ("collate", "teacher forward", "student forward", "loss (chunked KL)", "backward",
                               "optimizer", "total")]
+        rows.append(["SDLP", "on-policy sampling", f"{sdlp['on-policy sampling']:.2f}",
+                     f"{sdlp['sampled tokens']:.0f} tokens a row (median), added to an on-policy step"])
     grpo = None
     if "grpo" in sections:
         import copy
@@ -368,9 +383,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if grpo and base:
         print(f"GRPO step / generate floor: {grpo['total'] / base['generate']:.2f}x (target <= 3x); "
               f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
+    if sdlp:
+        off, on = sdlp["total"], sdlp["total"] + sdlp["on-policy sampling"]
+        print(f"SDLP on-policy step / off-policy step: {on / off:.2f}x; lmbda 1.0 step / lmbda 0.5 step (mean): "
+              f"{on / ((on + off) / 2):.2f}x")
     if para:
         print(f"paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
-    return {"floor": base, "grpo": grpo, "paraphrase": para, "decode": speedups, "rows": rows}
+    return {"floor": base, "sdlp": sdlp, "grpo": grpo, "paraphrase": para, "decode": speedups, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -104,11 +104,20 @@ def test_detect_memory_quick(capsys):
 def test_train_step_quick(capsys):
     results = _load("train_step").main(["--quick"])
     rows = _rows(capsys.readouterr().out)
-    assert [r[0] for r in rows].count("SDLP") == 7 and rows[9][:2] == ["GRPO", "generation"]
+    assert [r[0] for r in rows].count("SDLP") == 8 and rows[10][:2] == ["GRPO", "generation"]
     assert all(float(r[2]) >= 0 for r in rows)
+    sdlp = results["sdlp"]
+    assert sdlp["on-policy sampling"] > 0 and 1 <= sdlp["sampled tokens"] <= 17  # 16 new tokens + the EOS appended
     grpo = results["grpo"]
     # the wrapped phases are parts of the step the trainer timed
     assert grpo["generation"] > 0 and grpo["backward"] > 0 and grpo["total"] >= grpo["generation"] + grpo["backward"]
+
+
+def test_train_step_full_fine_tuning_quick(capsys):
+    results = _load("train_step").main(["--quick", "--sections", "sdlp", "--lora-r", "0"])
+    rows = _rows(capsys.readouterr().out)
+    assert "full fine-tuning" in next(r[3] for r in rows if r[1] == "total")
+    assert results["sdlp"]["teacher forward"] > 0 and results["sdlp"]["optimizer"] > 0
 
 
 def test_train_step_decode_quick(capsys):
