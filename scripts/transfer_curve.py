@@ -298,13 +298,15 @@ def evaluate(run: ablation.Run, args: argparse.Namespace, dirs: dict[str, Path],
     every family of the run (``dirs``: :func:`curve_dirs`).
 
     Cached in ``step-<step>.json``; a cached cell gets what it lacks (an SA cell written before the probe's split
-    by acrostic state gets the probe, a step newly named in ``--auc_at`` gets its detection) and keeps the rest."""
+    by acrostic state gets the probe, a step newly named in ``--auc_at`` gets its detection, one detected on fewer
+    answers than ``--num_eval`` is detected again on that many) and keeps the rest."""
     model = None
     for family, tag_dir in dirs.items():
         cell = tag_dir / f"step-{step}.json"
         row: dict[str, Any] = json.loads(cell.read_text()) if cell.exists() else {"step": step}
         probe_due = "probe" not in row or (family == "sa" and "by_state" not in row["probe"])
-        detection_due = "detection" not in row and (step in args.auc_at or (step == last and -1 in args.auc_at))
+        detection_due = ((step in args.auc_at or (step == last and -1 in args.auc_at))
+                         and row.get("detection", {}).get("num_positive", 0) < args.num_eval)
         if not (probe_due or detection_due):
             continue
         from icw import ICWKey
@@ -534,7 +536,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="fraction of steps trained on the student's own samples, scored by the teacher (trl "
                              "GKD's lmbda; 0: every step on D_cs)")
     parser.add_argument("--auc_at", default="0,-1", help="steps with held-out detection (-1: the last)")
-    parser.add_argument("--num_eval", type=int, default=60, help="held-out positives (and negatives) for detection")
+    parser.add_argument("--num_eval", type=int, default=60,
+                        help="held-out positives (and negatives) for detection; more than a step's cached detection "
+                             "had redoes it (and its answers file) at this size")
     parser.add_argument("--eval_tokens", type=int, default=160)
     parser.add_argument("--gen_batch", type=int, default=30, help="answers per generate() call in held-out detection")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])

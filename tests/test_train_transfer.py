@@ -602,7 +602,7 @@ def test_transfer_curve_train_tokens_sets_the_dcs_length_and_refuses_a_cached_on
 
 def test_transfer_curve_probes_sa_and_completes_a_cached_cell_without_redoing_it(tmp_path):
     """SA checkpoints get the key-swap probe (at sentence openings); a cell cached before SA had one gets the probe
-    added and keeps the held-out detection it already had."""
+    added and keeps the held-out detection it already had, until a larger ``--num_eval`` asks for a new one."""
     import json
     import subprocess
     import sys
@@ -610,17 +610,23 @@ def test_transfer_curve_probes_sa_and_completes_a_cached_cell_without_redoing_it
     out = tmp_path / "curve"
     cell = out / "curves" / "sa" / "step-0.json"
     cell.parent.mkdir(parents=True)
-    detection = {"roc_auc": 0.5, "roc_auc_ci": [0.4, 0.6]}
+    detection = {"roc_auc": 0.5, "roc_auc_ci": [0.4, 0.6], "num_positive": 1, "num_negative": 1}
     cell.write_text(json.dumps({"step": 0, "detection": detection, "seconds": 1.0}))
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
-                    "--size", "tiny", "--family", "sa", "--tag", "sa", "--no_train", "--auc_at", "0"],
-                   check=True, cwd=ROOT, capture_output=True, text=True)
+    command = [sys.executable, str(ROOT / "scripts" / "transfer_curve.py"), "--out", str(out), "--model", "tiny",
+               "--size", "tiny", "--family", "sa", "--tag", "sa", "--no_train", "--auc_at", "0", "--eval_tokens", "8"]
+    subprocess.run([*command, "--num_eval", "1"], check=True, cwd=ROOT, capture_output=True, text=True)
     row = json.loads(cell.read_text())
     assert row["detection"] == detection  # cached, not regenerated
     assert set(row["probe"]) == {"A", "B", "C", "plain", "by_state"}
     assert "first letter" in row["probe"]["by_state"]["B"]
     assert row["probe"]["plain"][0] == 0.0  # step 0 is the base model: no instruction, no lift
     assert row["seconds"] > 1.0
+
+    subprocess.run([*command, "--num_eval", "3"], check=True, cwd=ROOT, capture_output=True, text=True)
+    again = json.loads(cell.read_text())
+    assert again["probe"] == row["probe"]  # kept
+    assert (again["detection"]["num_positive"], again["detection"]["num_negative"]) == (3, 3)
+    assert len((cell.parent / "answers-step-0.jsonl").read_text().splitlines()) == 3
 
 
 def test_transfer_curve_loss_split_puts_the_teachers_bias_at_sentence_openings(tmp_path):
