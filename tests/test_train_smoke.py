@@ -284,9 +284,24 @@ def _history(out: Path, step: int) -> list[tuple[int, float, float]]:
     return [(h["step"], h["loss"], h.get("reward", 0.0)) for h in state["log_history"] if "loss" in h]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted 6-step run of each recipe, made once per test process and shared by the kill cases (the
+    runs are seeded, so every case would make the same one)."""
+    runs: dict[str, Path] = {}
+
+    def run(recipe: str, args: list[str]) -> Path:
+        if recipe not in runs:
+            tmp = tmp_path_factory.mktemp(f"{recipe}-uninterrupted")
+            _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(tmp / "run")], tmp)
+            runs[recipe] = tmp / "run"
+        return runs[recipe]
+    return run
+
+
 @pytest.mark.parametrize(("recipe", "where"), [("sdlp", "step"), ("grpo", "step"), ("sdlp", "save"),
                                                ("sdlp", "SIGINT"), ("grpo", "SIGTERM")])
-def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tmp_path):
+def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, uninterrupted, tmp_path):
     """A run SIGKILLed after step 3 (checkpoints every 2 steps), or while saving checkpoint-4, and started again
     with the same command resumes from the last complete checkpoint and ends with the loss (and reward) curve of
     an uninterrupted run, step for step; the command run again on the finished run is refused, and resumed to a
@@ -301,8 +316,7 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tm
                 "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"]
     args += ["--model_name_or_path", str(tiny_dir), "--dataset_name", str(dcs), "--max_steps", "6", "--logging_steps",
              "1", "--save_strategy", "steps", "--save_steps", "2", "--resume_from_checkpoint", "last", "--seed", "3"]
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path)
+    whole, killed = uninterrupted(recipe, args), tmp_path / "killed"
     err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, 4 if where == "save" else 3,
                       where)[1]
     saved = {p.name: (p / "trainer_state.json").exists() for p in killed.glob("checkpoint-*")}
@@ -320,11 +334,12 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, tm
     assert [s for s, _, _ in resumed] == [1, 2, 3, 4, 5, 6]
     for column in (1, 2):  # loss, reward
         assert [r[column] for r in resumed] == pytest.approx([e[column] for e in expected], rel=1e-4, abs=1e-6)
-    if where == "step":  # the same command once more: refused, where the Trainer would train a seventh step
-        err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole)], tmp_path, returncode=1)[1]
+    if where == "step":  # the same command once more on the finished run: refused, where the Trainer would train a
+        # seventh step (on the resumed run, so the shared uninterrupted one stays as it was)
+        err = _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed)], tmp_path, returncode=1)[1]
         assert "checkpoint-6 is at step 6 of --max_steps 6: this run is finished" in err, err[-3000:]
-        assert sorted(p.name for p in whole.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+        assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
         if recipe == "sdlp":  # resumed further with another --save_steps: this command's, not the checkpoint's
-            _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(whole), "--max_steps", "8", "--save_steps", "1"],
+            _run_recipe(f"{recipe}.py", [*args, "--output_dir", str(killed), "--max_steps", "8", "--save_steps", "1"],
                         tmp_path)
-            assert sorted(checkpoints(whole, complete_only=False)) == [2, 4, 6, 7, 8]
+            assert sorted(checkpoints(killed, complete_only=False)) == [2, 4, 6, 7, 8]
