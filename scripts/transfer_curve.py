@@ -393,9 +393,7 @@ def paired_comparison(before: Path, after: Path, alpha: float = 0.01) -> dict[st
 
     from scipy.stats import binomtest, wilcoxon
 
-    rows = [[json.loads(line) for line in path.read_text().splitlines()] for path in (before, after)]
-    if [(r["query"], r["key"]) for r in rows[0]] != [(r["query"], r["key"]) for r in rows[1]]:
-        raise SystemExit(f"transfer_curve: {before} and {after} do not hold the same questions and keys in order")
+    rows = held_out_answers([before, after])
     flags = [[r["p_instructed"] <= alpha for r in side] for side in rows]
     only_before = sum(a and not b for a, b in zip(*flags, strict=True))
     only_after = sum(b and not a for a, b in zip(*flags, strict=True))
@@ -405,6 +403,47 @@ def paired_comparison(before: Path, after: Path, alpha: float = 0.01) -> dict[st
             "mcnemar_p": binomtest(only_after, only_before + only_after).pvalue if only_before + only_after else 1.0,
             "mean_z_difference": statistics.mean(diffs), "median_z_difference": statistics.median(diffs),
             "wilcoxon_p": float(wilcoxon(diffs).pvalue) if any(diffs) else 1.0, **paired_perplexity(*rows)}
+
+
+def held_out_answers(paths: list[Path]) -> list[list[dict]]:
+    """The rows of several ``answers-step-<n>.jsonl`` files, refused unless all hold the same questions and keys in
+    the same order (evaluations of one held-out set, so that answers can be paired or pooled by question)."""
+    rows = [[json.loads(line) for line in path.read_text().splitlines()] for path in paths]
+    for path, side in zip(paths[1:], rows[1:], strict=True):
+        if [(r["query"], r["key"]) for r in side] != [(r["query"], r["key"]) for r in rows[0]]:
+            raise SystemExit(f"transfer_curve: {paths[0]} and {path} do not hold the same questions and keys in order")
+    return rows
+
+
+def pooled_detection(paths: list[Path], alpha: float = 0.01, num_bootstrap: int = 2000, seed: int = 0) -> dict:
+    """Held-out evaluations of the same questions and keys at several checkpoints, pooled: ROC-AUC of the instructed
+    against the plain answers' z and the verdict rate (p <= ``alpha``) of each side, with 95% percentile intervals
+    from a bootstrap over questions. A question's answers at every checkpoint are resampled together, since they
+    share its key and topic and are not independent; ``times_flagged[j]`` counts the questions whose instructed
+    answer is flagged at exactly j checkpoints (against a binomial at the pooled rate, it shows whether some
+    question-key pairs are easier than others)."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    rows = held_out_answers(paths)
+    z_instructed, z_plain, p_instructed, p_plain = (np.array([[r[name] for r in side] for side in rows])
+                                                    for name in ("z_instructed", "z_plain", "p_instructed", "p_plain"))
+    flagged = p_instructed <= alpha
+    num_questions = flagged.shape[1]
+
+    def auc(questions: np.ndarray) -> float:
+        positive, negative = z_instructed[:, questions].ravel(), z_plain[:, questions].ravel()
+        return float(roc_auc_score(np.r_[np.ones(positive.size), np.zeros(negative.size)], np.r_[positive, negative]))
+
+    rng = np.random.default_rng(seed)
+    boot = np.array([(auc(q), flagged[:, q].mean()) for q in (rng.integers(0, num_questions, num_questions)
+                                                              for _ in range(num_bootstrap))])
+    interval = [np.percentile(boot, [2.5, 97.5], axis=0)[:, i].tolist() for i in range(2)]
+    return {"checkpoints": len(paths), "questions": num_questions, "roc_auc": auc(np.arange(num_questions)),
+            "roc_auc_ci": interval[0], "verdict_rate": float(flagged.mean()), "verdict_rate_ci": interval[1],
+            "false_positive_rate": float((p_plain <= alpha).mean()), "mean_z_instructed": float(z_instructed.mean()),
+            "mean_z_plain": float(z_plain.mean()),
+            "times_flagged": np.bincount(flagged.sum(axis=0), minlength=len(paths) + 1).tolist()}
 
 
 def paired_perplexity(before: list[dict], after: list[dict]) -> dict[str, float]:
@@ -563,6 +602,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--paired", nargs=2, metavar=("BEFORE", "AFTER"),
                         help="compare two held-out evaluations of the same questions and keys, paired by question "
                              "(answers-step-<n>.jsonl files); no training")
+    parser.add_argument("--pooled", nargs="+", metavar="ANSWERS",
+                        help="pool held-out evaluations of the same questions and keys at several checkpoints "
+                             "(answers-step-<n>.jsonl files): AUC and verdict rate with a bootstrap over questions; "
+                             "no training")
     parser.add_argument("--no_train", action="store_true", help="only evaluate the checkpoints there are")
     parser.add_argument("--data_only", action="store_true", help="only build D_cs and the probe rows, then stop")
     args = parser.parse_args(argv)
@@ -582,6 +625,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.paired:
         print(json.dumps(paired_comparison(*map(Path, args.paired)), indent=1))
+        return
+    if args.pooled:
+        print(json.dumps(pooled_detection(list(map(Path, args.pooled))), indent=1))
         return
     run = ablation.Run(argparse.Namespace(size=args.size, device=args.device, model=args.model, out=str(out),
                                           stop_after=0, variants=["base"], families=",".join(args.families),

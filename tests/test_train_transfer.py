@@ -354,6 +354,39 @@ def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
             "| 3.50 / 2.75 | 300 / 250 |") in table
 
 
+def test_transfer_curve_pooled_detection_resamples_questions(tmp_path):
+    """Three checkpoints' answers to the same four questions, pooled: the AUC of all twelve instructed against all
+    twelve plain z, the verdict and false-positive rates, how often each question is flagged, and bootstrap
+    intervals that contain the estimate; another held-out set is refused."""
+    import json
+
+    curve = _transfer_curve()
+
+    def answers(name: str, z: list[float], p_values: list[float], key: str = "k") -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"query": f"q{i}", "key": key, "z_instructed": zi, "p_instructed": p,
+                                            "z_plain": zi - 1.5, "p_plain": 0.5 if i else 0.005}) + "\n"
+                                for i, (zi, p) in enumerate(zip(z, p_values, strict=True))))
+        return path
+
+    paths = [answers("a.jsonl", [3.0, 1.0, 0.0, 2.0], [0.001, 0.2, 0.5, 0.02]),
+             answers("b.jsonl", [2.5, 1.2, 0.1, 2.2], [0.004, 0.2, 0.5, 0.009]),
+             answers("c.jsonl", [2.8, 0.9, 0.2, 1.9], [0.002, 0.3, 0.4, 0.03])]
+    result = curve.pooled_detection(paths, num_bootstrap=200)
+    instructed = [3.0, 1.0, 0.0, 2.0, 2.5, 1.2, 0.1, 2.2, 2.8, 0.9, 0.2, 1.9]
+    plain = [z - 1.5 for z in instructed]
+    wins = sum((i > n) + 0.5 * (i == n) for i in instructed for n in plain)
+    assert abs(result["roc_auc"] - wins / 144) < 1e-12
+    assert result["verdict_rate"] == 4 / 12 and result["false_positive_rate"] == 3 / 12
+    # q0 is flagged at all three checkpoints, q3 at one (b), q1 and q2 never
+    assert result["times_flagged"] == [2, 1, 0, 1] and result["checkpoints"] == 3 and result["questions"] == 4
+    for name in ("roc_auc", "verdict_rate"):
+        low, high = result[f"{name}_ci"]
+        assert low <= result[name] <= high and low < high
+    with pytest.raises(SystemExit, match="do not hold the same questions"):
+        curve.pooled_detection([paths[0], answers("other.jsonl", [0.0] * 4, [0.5] * 4, key="other")])
+
+
 def test_transfer_curve_paired_comparison_counts_discordant_verdicts(tmp_path):
     """Two evaluations of the same questions and keys, paired: McNemar over the questions whose verdict changed (an
     exact binomial, so 3 against 1 is p = 0.625), Wilcoxon over the z differences and over the log PPL ratios of
