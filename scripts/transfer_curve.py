@@ -438,9 +438,9 @@ def pooled_detection(paths: list[Path], alpha: float = 0.01, num_bootstrap: int 
     rng = np.random.default_rng(seed)
     boot = np.array([(auc(q), flagged[:, q].mean()) for q in (rng.integers(0, num_questions, num_questions)
                                                               for _ in range(num_bootstrap))])
-    interval = [np.percentile(boot, [2.5, 97.5], axis=0)[:, i].tolist() for i in range(2)]
+    low, high = np.percentile(boot, [2.5, 97.5], axis=0).tolist()
     return {"checkpoints": len(paths), "questions": num_questions, "roc_auc": auc(np.arange(num_questions)),
-            "roc_auc_ci": interval[0], "verdict_rate": float(flagged.mean()), "verdict_rate_ci": interval[1],
+            "roc_auc_ci": [low[0], high[0]], "verdict_rate": float(flagged.mean()), "verdict_rate_ci": [low[1], high[1]],
             "false_positive_rate": float((p_plain <= alpha).mean()), "mean_z_instructed": float(z_instructed.mean()),
             "mean_z_plain": float(z_plain.mean()),
             "times_flagged": np.bincount(flagged.sum(axis=0), minlength=len(paths) + 1).tolist()}
