@@ -113,7 +113,9 @@ def iter_jsonl(source: str | os.PathLike | IO[bytes], *, name: str | None = None
         try:
             value = loads(line, f"{name}:{number}")
         except JSONLError:
-            if on_torn is not None and not line.endswith(b"\n") and _is_torn(line) and not source.read(1):
+            # readline() stops short of a newline only at end of file (the length limit raised above),
+            # so this line was last when read; re-checking for EOF would race a concurrent appender.
+            if on_torn is not None and not line.endswith(b"\n") and _is_torn(line):
                 on_torn(name, number)
                 return
             raise
