@@ -125,6 +125,29 @@ def test_line_separators_survive_build_run_kill_resume_and_report(tmp_path, tiny
     assert results["families"]["sa"]["num_positive"] == 6 == results["families"]["sa"]["num_negative"]
 
 
+class _GrowsAfterTornRead(io.BufferedReader):
+    """A file reader that lets another writer finish its line right after reading it torn."""
+
+    def readline(self, size: int = -1) -> bytes:
+        line = super().readline(size)
+        if line and not line.endswith(b"\n"):
+            with open(self.name, "ab") as fh:  # the concurrent appender completes its record now
+                fh.write(b'tail"}\n{"text": "next"}\n')
+        return line
+
+
+def test_a_torn_last_line_is_skipped_even_when_the_writer_finishes_it_during_the_read(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    append_jsonl(path, [{"text": "first"}])
+    with path.open("ab") as fh:
+        fh.write(b'{"text": "half')  # a writer mid-line, as another process's reader sees it
+    with _GrowsAfterTornRead(io.FileIO(path, "rb")) as fh:
+        seen = []
+        assert [r for _, r in iter_jsonl(fh, on_torn=lambda name, number: seen.append(number))] == [{"text": "first"}]
+    assert seen == [2]
+    assert [r for _, r in iter_jsonl(path)] == [{"text": "first"}, {"text": "halftail"}, {"text": "next"}]
+
+
 def test_detect_jsonl_splits_only_on_newline_and_skips_a_torn_last_line(tmp_path):
     texts = [f"Alpha beta.{sep}Gamma delta. Epsilon." for sep in SEPARATORS]
     path = tmp_path / "in.jsonl"
@@ -333,29 +356,6 @@ def test_more_keys_than_prompts_under_num_return_sequences(tiny_qwen):
             generate(3)
         generate(2)  # one per prompt
         generate(6)  # one per row
-
-
-class _GrowsAfterTornRead(io.BufferedReader):
-    """A reader of ``path`` that lets another writer finish its line right after a torn read."""
-
-    def readline(self, size: int = -1) -> bytes:
-        line = super().readline(size)
-        if line and not line.endswith(b"\n"):
-            with open(self.name, "ab") as fh:  # the concurrent appender completes its record now
-                fh.write(b'tail"}\n{"text": "next"}\n')
-        return line
-
-
-def test_a_torn_last_line_is_skipped_even_when_the_writer_finishes_it_during_the_read(tmp_path):
-    path = tmp_path / "rows.jsonl"
-    append_jsonl(path, [{"text": "first"}])
-    with path.open("ab") as fh:
-        fh.write(b'{"text": "half')  # a writer mid-line, as another process's reader sees it
-    with _GrowsAfterTornRead(io.FileIO(path, "rb")) as fh:
-        seen = []
-        assert [r for _, r in iter_jsonl(fh, on_torn=lambda name, number: seen.append(number))] == [{"text": "first"}]
-    assert seen == [2]
-    assert [r for _, r in iter_jsonl(path)] == [{"text": "first"}, {"text": "halftail"}, {"text": "next"}]
 
 
 # ------------------------------------------------------------ 9. several processes, one store
