@@ -224,31 +224,32 @@ ANSWER_SEED_START = 3_000_000
 
 
 def biased_answers(family: str, num: int, max_new_tokens: int, cache: str | Path | None = None,
-                   batch_size: int = 30, delta: float | None = None) -> list[tuple[str, str]]:
+                   batch_size: int = 30, delta: float | None = None, screen: bool = False) -> list[tuple[str, str]]:
     """``num`` logit-biased SmolLM2-135M-Instruct answers to the bundled questions, each under a fresh
-    key (seeds from :data:`ANSWER_SEED_START`), as ``(key string, answer)``. Kept in ``cache`` (JSON
-    Lines) batch by batch when given, so a rerun resumes: generation dominates on CPU."""
+    key (seeds from :data:`ANSWER_SEED_START`; screened keys, :func:`icw.new_key`, with ``screen=True``), as ``(key string,
+    answer)``. Kept in ``cache`` (JSON Lines) batch by batch when given, so a rerun resumes: generation
+    dominates on CPU (a cached answer is reused only for the same key)."""
     import json
 
     from icw.bench.dataset import bundled_questions_path, read_questions
     from icw.generation import generate_responses
-    from icw.keys import ICWKey
     from icw.models import load_model
+    from icw.screening import new_key
 
+    keys = [new_key(family, ANSWER_SEED_START + i, _smollm2() if family != "sa" else None, screen=screen)
+            for i in range(num)]
     path = Path(cache) if cache else None
     done: dict[int, str] = {}
     if path is not None and path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line) if line.strip() else None
-            if row and row["max_new_tokens"] == max_new_tokens and row["family"] == family:
+            if (row and row["max_new_tokens"] == max_new_tokens and row["family"] == family and row["index"] < num
+                    and _same_material(row.get("key"), keys[row["index"]])):
                 done[row["index"]] = row["answer"]
     questions = [q for q, _ in read_questions(bundled_questions_path())]
-    tok = None
     todo = [i for i in range(num) if i not in done]
     if todo:
         model, tok = load_model("smollm2")
-    keys = [ICWKey.create(family, seed=ANSWER_SEED_START + i, tokenizer=(tok or _smollm2()) if family != "sa" else None)
-            for i in range(num)]
 
     def save(batch: list[int], answers: list[str]) -> None:
         for j, answer in zip(batch, answers, strict=True):
@@ -265,6 +266,13 @@ def biased_answers(family: str, num: int, max_new_tokens: int, cache: str | Path
                            delta=delta, max_new_tokens=max_new_tokens, batch_size=batch_size,
                            progress=f"{family} answers", on_batch=save)
     return [(keys[i].to_string(), done[i]) for i in range(num)]
+
+
+def _same_material(cached: str | None, key: Any) -> bool:
+    """Whether a cached answer's key has ``key``'s material (a screen record alone changes nothing generated)."""
+    from icw.keys import ICWKey
+
+    return cached is None or ICWKey.from_string(cached).with_params(screen=None) == key.with_params(screen=None)
 
 
 def _smollm2() -> Any:

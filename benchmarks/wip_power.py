@@ -78,20 +78,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mc-keys", type=int, default=20000, help="random keys of the Monte Carlo p-values")
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--cache", default=None, help="JSON Lines file to keep the generated answers in")
+    parser.add_argument("--screen", action="store_true", help="screened keys (icw.new_key, the "
+                        "default of icw key new) for the answers and the human passages")
     args = parser.parse_args(argv)
 
-    from icw import ICWKey, verify
+    from icw import ICWKey, new_key, verify
     from icw.models import load_tokenizer
     from icw.verification import english_initial_frequencies, wip_letter_counts
 
     tok = load_tokenizer("smollm2")
-    answers = biased_answers("wip", args.num_answers, args.max_new_tokens, args.cache)
+    answers = biased_answers("wip", args.num_answers, args.max_new_tokens, args.cache, screen=args.screen)
     answers = [(k, truncate_tokens(tok, a, args.max_new_tokens)) for k, a in answers]  # a cache may hold longer ones
     keys = [ICWKey.from_string(k) for k, _ in answers]
     rng = np.random.default_rng(1)
     humans = [t for _, t in human_passages()]
     humans = [humans[i] for i in rng.permutation(len(humans))[: args.num_human]]
-    human_keys = [ICWKey.create("wip", seed=4_000_000 + i, tokenizer=tok) for i in range(len(humans))]
+    human_keys = [new_key("wip", 4_000_000 + i, tok, screen=args.screen) for i in range(len(humans))]
     from icw.vocab import vocabulary
 
     vocab_f, english_f = vocabulary(tok).letter_fractions, english_initial_frequencies()

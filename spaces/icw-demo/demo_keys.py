@@ -17,6 +17,7 @@ from demo_common import UserInputError, get_tokenizer
 from transformers import WatermarkingConfig
 
 from icw.keys import FAMILIES, FAMILY_NAMES, ICWKey, ICWKeyError, KeyMismatchError
+from icw.screening import new_key
 from icw.vocab import vocabulary
 
 FAMILY_CHOICES = [(f"{FAMILY_NAMES[f]} ({f.upper()})", f) for f in FAMILIES]
@@ -34,7 +35,8 @@ DELTA_HELP = {
 
 def build_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
               model_name: str) -> ICWKey:
-    """A key from the form fields; TSP and WIP keys are built over the model's tokenizer."""
+    """A key from the form fields, screened against the reference corpus (``icw.screening``, as ``icw key new``
+    does); TSP and WIP keys are built over the model's tokenizer."""
     if family not in FAMILIES:
         raise UserInputError(f"Choose a watermark family ({', '.join(FAMILIES)}).")
     try:
@@ -51,7 +53,7 @@ def build_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters:
         params["length"] = int(length)
     tokenizer = get_tokenizer(model_name) if family != "sa" else None
     try:
-        return ICWKey.create(family, seed, tokenizer, **params)
+        return new_key(family, seed, tokenizer, **params)
     except ICWKeyError as err:
         raise UserInputError(str(err)) from None
 
@@ -101,13 +103,27 @@ def key_material(key: ICWKey, tokenizer: Any = None) -> str:
     return line + "."
 
 
+def key_fpr(key: ICWKey, tokenizer: Any = None, alpha: float = 0.01) -> str:
+    """Markdown: the key's calibrated false-positive rate per domain (audit half of the reference corpus, with
+    95% Clopper-Pearson intervals), and whether it was screened."""
+    from icw.screening import reference_calibration
+
+    cals = reference_calibration(key, tokenizer, alpha=alpha)
+    rates = " · ".join(f"{c.domain} {c.fpr:.1%} [{c.ci[0]:.1%}, {c.ci[1]:.1%}]" for c in cals)
+    screened = (f"screened by {key.screen}, draw {key.draw}" if key.screen else
+                "**not screened**: it may fire more often than alpha on some kinds of text")
+    return (f"**False positives of this key** at alpha {alpha:g} on human text, per domain ({screened}; 95% "
+            f"Clopper-Pearson intervals on passages never used to choose keys): {rates}.")
+
+
 def make_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
              model_name: str) -> tuple[str, str]:
     """Form fields -> (key string, key material markdown)."""
     try:
         key = build_key(family, seed, gamma, pool_size, num_letters, length, model_name)
         tok = get_tokenizer(model_name) if family == "tsp" else None
-        return key.to_string(), key_material(key, tok)
+        fpr = key_fpr(key, get_tokenizer(model_name) if family != "sa" else None)
+        return key.to_string(), key_material(key, tok) + "\n\n" + fpr
     except UserInputError as err:
         return "", f"**Check the key:** {err}"
 
@@ -121,7 +137,8 @@ def describe_key(key_string: str, model_name: str) -> tuple[str, str]:
         if key.family != "sa":
             tok = get_tokenizer(model_name)
             check_key_tokenizer(key, tok)
-        return key_material(key, tok if key.family == "tsp" else None), key.instruction(tok)
+        return (key_material(key, tok if key.family == "tsp" else None) + "\n\n" + key_fpr(key, tok),
+                key.instruction(tok))
     except UserInputError as err:
         return f"**Check the key:** {err}", ""
 

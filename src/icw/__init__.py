@@ -26,6 +26,7 @@ _LAZY = {
     "SentenceAcrosticLogitsProcessor": ("processors", "SentenceAcrosticLogitsProcessor"),
     "ICWDetectionPipeline": ("pipeline", "ICWDetectionPipeline"),
     "detector": ("pipeline", "detector"),
+    "new_key": ("screening", "new_key"),
 }
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "WordInitialPreferenceLogitsProcessor",
     "detector",
     "logits_processor",
+    "new_key",
     "sentence_initials",
     "verify",
     "verify_keys",

@@ -4,7 +4,7 @@ The verifiers' p-values are exact on average over keys (TSP, WIP) or secrets (SA
 drawn key fires on a fraction ``alpha`` of texts independent of it. One fixed key on one kind of
 text can still be above or below ``alpha``. :func:`calibrate_keys` measures it: the key's
 empirical FPR at ``alpha`` on a corpus of human passages, with a Clopper-Pearson interval
-(``scipy.stats.binomtest``; the passages are taken as independent draws of the domain).
+(:func:`clopper_pearson`; the passages are taken as independent draws of the domain).
 :func:`screen_key` draws keys from a seed onwards and keeps the first whose empirical FPR is at
 most ``max_fpr`` (screen on one half of a corpus and audit on the other: ``docs/detection-power.md``).
 
@@ -38,6 +38,27 @@ DEFAULT_CORPUS = Path(__file__).parent / "data" / "human_passages.jsonl.gz"
 DEFAULT_CONFIDENCE = 0.95
 #: Screening gives up after this many rejected seeds (a bound below alpha rejects nearly every key).
 MAX_SCREEN_TRIES = 200
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided Clopper-Pearson interval of ``k`` successes in ``n`` trials: the ``(1 - c) / 2`` and
+    ``(1 + c) / 2`` quantiles of ``Beta(k, n - k + 1)`` and ``Beta(k + 1, n - k)`` (0 and 1 at the ends).
+
+    Args:
+        k (`int`): successes (false positives).
+        n (`int`): trials (passages).
+        confidence (`float`): the interval's level ``c``.
+
+    Example:
+        >>> tuple(round(v, 4) for v in clopper_pearson(0, 100))
+        (0.0, 0.0362)
+    """
+    from scipy.special import betaincinv  # the Beta quantile; lighter to import than scipy.stats
+
+    tail = (1.0 - confidence) / 2
+    low = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, tail))
+    high = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1 - tail))
+    return low, high
 
 
 @dataclass
@@ -128,8 +149,6 @@ def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | 
         confidence: of the Clopper-Pearson interval.
         num_null_keys: SA Monte Carlo size, as in :func:`icw.verify`.
     """
-    from scipy.stats import binomtest
-
     keys = [as_key(keys)] if isinstance(keys, (ICWKey, str, dict)) else [as_key(k) for k in keys]
     if not keys:
         raise ValueError("no keys to calibrate")
@@ -148,9 +167,8 @@ def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | 
                                  with_z=False)
         fires += (p <= alpha).sum(0)
     for key, k in zip(keys, fires, strict=True):
-        ci = binomtest(int(k), len(texts)).proportion_ci(confidence_level=confidence, method="exact")
         out.append(Calibration(key.to_string(), alpha, len(texts), int(k), int(k) / len(texts),
-                               (float(ci.low), float(ci.high)), confidence, name))
+                               clopper_pearson(int(k), len(texts), confidence), confidence, name))
     return out
 
 

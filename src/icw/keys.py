@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import numpy as np
 
+from .keystring import PREFIX as _PREFIX
+from .keystring import KeyStringError, parse_json_key, parse_key_string
 from .templates import MATERIAL_FIELD as _MATERIAL_FIELD
 from .templates import TEMPLATES
 from .vocab import ALPHABET, VocabularyView, vocabulary
@@ -35,7 +38,6 @@ DEFAULT_DELTA = {"tsp": 3.0, "wip": 3.0, "sa": 8.0}
 TEST_SEED_START = 0
 TRAIN_SEED_START = 1_000_000
 _FAMILY_CODE = {"tsp": 1, "wip": 2, "sa": 3}
-_PREFIX = "icw"
 
 
 
@@ -61,6 +63,9 @@ def check_family(family: str) -> str:
 
 #: No tokenizer has more tokens than this; a larger TSP pool_size is a typo, not a pool.
 MAX_POOL_SIZE = 10_000_000
+#: The most redraws a key may record (a screen gives up long before).
+MAX_DRAW = 1_000_000
+_SCREEN_ID = re.compile(r"[a-z][a-z0-9.-]{0,31}")
 
 
 def _whole(name: str, value: Any, low: int, high: int) -> int:
@@ -81,10 +86,10 @@ def _letters(name: str, value: Any) -> str:
     return value.upper()
 
 
-def _raw(family: str, seed: int, n: int) -> np.ndarray:
-    """``n`` raw 64-bit draws of the PCG64 stream of ``(family, seed)``."""
-    seq = np.random.SeedSequence([_FAMILY_CODE[family], int(seed)])
-    return np.random.PCG64(seq).random_raw(n)
+def _raw(family: str, seed: int, n: int, draw: int = 0) -> np.ndarray:
+    """``n`` raw 64-bit draws of the PCG64 stream of ``(family, seed)``, or of ``(family, seed, draw)`` for ``draw > 0``."""
+    entropy = [_FAMILY_CODE[family], int(seed)] + ([int(draw)] if draw else [])
+    return np.random.PCG64(np.random.SeedSequence(entropy)).random_raw(n)
 
 
 def _smallest(raw: np.ndarray, k: int) -> np.ndarray:
@@ -116,8 +121,11 @@ class ICWKey:
         secret: explicit SA secret instead of a seeded draw.
         tokenizer: name of the tokenizer the key was built for (TSP and WIP).
         vocab: fingerprint of that tokenizer's vocabulary (see :class:`~icw.vocab.VocabularyView`).
+        draw: which draw of the seed's stream the material comes from (0, as every key before screening, or
+            ``k``: ``SeedSequence([family, seed, k])``, chosen by a screen).
+        screen: the id of the screen the key passed (:mod:`icw.screening`), or ``None``: unscreened.
 
-    Build keys with :meth:`create`, which fills in the tokenizer fields.
+    Build keys with :meth:`create`, which fills in the tokenizer fields, or screened with :func:`icw.new_key`.
 
     Example:
         >>> key = ICWKey.create("sa", seed=7)
@@ -137,6 +145,8 @@ class ICWKey:
     secret: str | None = None
     tokenizer: str | None = None
     vocab: str | None = None
+    draw: int = 0
+    screen: str | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +160,7 @@ class ICWKey:
         else:
             self._normalize_sa()
         self._check_tokenizer_fields()
+        self._check_screen_fields()
         self._check_complete()
 
     # ------------------------------------------------------------------ validation
@@ -212,6 +223,14 @@ class ICWKey:
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise ICWKeyError(f"key field {name} must be a string, got {getattr(self, name)!r:.60}")
 
+    def _check_screen_fields(self) -> None:
+        """``draw`` a whole number (0 for explicit material) and ``screen`` None or a short id."""
+        self._set("draw", _whole("draw", self.draw, 0, MAX_DRAW))
+        if (self.letters or self.secret) and (self.draw or self.screen is not None):
+            raise ICWKeyError("a key with explicit material (letters or secret) has no draws to screen")
+        if self.screen is not None and not (isinstance(self.screen, str) and _SCREEN_ID.fullmatch(self.screen)):
+            raise ICWKeyError(f"key field screen must be a screen id like 'ref1', got {self.screen!r:.60}")
+
     def _check_complete(self) -> None:
         """The key has its material's source (a seed, or explicit letters or secret) and, for TSP and WIP,
         its tokenizer."""
@@ -226,7 +245,8 @@ class ICWKey:
     # ----------------------------------------------------------------- construction
     @classmethod
     def create(cls, family: str, seed: int | None = None, tokenizer: Any = None, **params: Any) -> ICWKey:
-        """Instantiate a key; ``tokenizer`` (an HF tokenizer) is required for TSP and WIP."""
+        """Instantiate a key; ``tokenizer`` (an HF tokenizer) is required for TSP and WIP. This is the seed's own
+        draw, uniform over all keys; :func:`icw.new_key` (``icw key new``) screens it (:mod:`icw.screening`)."""
         fam = check_family(family)
         if tokenizer is not None:
             view = vocabulary(tokenizer)
@@ -246,7 +266,7 @@ class ICWKey:
         if self.letters is not None:
             return self.letters
         if "L" not in self._cache:  # read per text by the verifier: draw it once
-            idx = _smallest(_raw("wip", self.seed, 26), self.num_letters)
+            idx = _smallest(_raw("wip", self.seed, 26, self.draw), self.num_letters)
             self._cache["L"] = "".join(sorted(ALPHABET[i] for i in idx))
         return self._cache["L"]
 
@@ -263,7 +283,8 @@ class ICWKey:
         if self.secret is not None:
             return self.secret
         if "S" not in self._cache:
-            self._cache["S"] = "".join(SA_POOL[int(r % len(SA_POOL))] for r in _raw("sa", self.seed, self.length))
+            raw = _raw("sa", self.seed, self.length, self.draw)
+            self._cache["S"] = "".join(SA_POOL[int(r % len(SA_POOL))] for r in raw)
         return self._cache["S"]
 
     def check_tokenizer(self, tokenizer: Any) -> VocabularyView:
@@ -292,7 +313,7 @@ class ICWKey:
         if "T" not in self._cache:
             pool = self.candidate_pool(tokenizer)
             size = math.floor(self.gamma * len(pool))
-            self._cache["T"] = np.sort(pool[_smallest(_raw("tsp", self.seed, len(pool)), size)])
+            self._cache["T"] = np.sort(pool[_smallest(_raw("tsp", self.seed, len(pool), self.draw), size)])
         else:
             self.check_tokenizer(tokenizer)
         return self._cache["T"]
@@ -351,6 +372,8 @@ class ICWKey:
         if self.seed is None:
             out.pop("seed")
         out.update({k: data[k] for k in ("tokenizer", "vocab") if data[k] is not None})
+        # the screen record comes last, and only when there is one: older key strings are unchanged
+        out.update({k: v for k, v in (("draw", self.draw), ("screen", self.screen)) if v})
         return out
 
     def to_json(self) -> str:
@@ -372,7 +395,7 @@ class ICWKey:
         """Build a key from :meth:`to_dict` output; unknown fields are refused."""
         if not isinstance(data, dict) or "family" not in data:
             raise ICWKeyError("a key needs at least a 'family' field")
-        allowed = {"family", "seed", "gamma", "pool_size", "num_letters", "length", "letters", "secret", "tokenizer", "vocab"}
+        allowed = {f.name for f in fields(cls)} - {"_cache"}
         unknown = set(data) - allowed
         if unknown:
             raise ICWKeyError(f"unknown key field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -386,62 +409,15 @@ class ICWKey:
         if not isinstance(text, str) or not text.strip():
             raise ICWKeyError(f"a key must be a non-empty string like 'icw:sa:seed=7,length=18', got {text!r}")
         text = text.strip()
-        return cls.from_dict(_parse_json_key(text) if text.startswith("{") else _parse_key_string(text))
+        try:
+            data = parse_json_key(text) if text.startswith("{") else parse_key_string(text)
+        except KeyStringError as err:
+            raise ICWKeyError(str(err)) from None
+        return cls.from_dict(data)
 
     def with_params(self, **changes: Any) -> ICWKey:
         """A copy with some fields changed (validated like a new key)."""
         return replace(self, **changes)
-
-
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` that refuses a repeated field (``json`` would keep the last silently)."""
-    data: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in data:
-            raise ICWKeyError(f"key field {name} is given twice")
-        data[name] = value
-    return data
-
-
-def _parse_json_key(text: str) -> Any:
-    """The fields of a JSON key (:meth:`ICWKey.to_json`); a malformed document is an :class:`ICWKeyError`."""
-    try:
-        return json.loads(text, object_pairs_hook=_unique_fields)
-    except json.JSONDecodeError as err:
-        raise ICWKeyError(f"malformed JSON key: {err.msg} at column {err.colno}") from None
-    except RecursionError:
-        raise ICWKeyError("malformed JSON key: nested too deeply") from None
-
-
-#: Key fields whose string form (:meth:`ICWKey.to_string`) holds a number.
-_INT_FIELDS = frozenset(("seed", "pool_size", "num_letters", "length"))
-_FLOAT_FIELDS = frozenset(("gamma",))
-
-
-def _parse_key_string(text: str) -> dict[str, Any]:
-    """The fields of ``icw:<family>:name=value,...`` (:meth:`ICWKey.to_string`), values unquoted and
-    numbers converted; each field at most once."""
-    pieces = text.split(":", 2)
-    if len(pieces) != 3 or pieces[0] != _PREFIX:
-        raise ICWKeyError(f"malformed key {text[:80]!r}: expected 'icw:<family>:name=value,...'")
-    data: dict[str, Any] = {"family": pieces[1]}
-    for item in filter(None, pieces[2].split(",")):
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ICWKeyError(f"malformed key field {item!r} in {text[:80]!r}: expected name=value")
-        value = unquote(value)
-        if name in data:
-            raise ICWKeyError(f"key field {name} is given twice in {text[:80]!r}")
-        data[name] = _field_value(name, value)
-    return data
-
-
-def _field_value(name: str, value: str) -> Any:
-    """A key field's value from its string form: an int or a float for the numeric fields."""
-    try:
-        return int(value) if name in _INT_FIELDS else float(value) if name in _FLOAT_FIELDS else value
-    except ValueError:
-        raise ICWKeyError(f"key field {name} must be a number, got {value!r}") from None
 
 
 def as_key(key: ICWKey | str | dict) -> ICWKey:

@@ -268,7 +268,7 @@ def _tsp_membership(key: ICWKey, pool: np.ndarray, where: np.ndarray, union: np.
     if "T" in key._cache:  # already drawn for this key
         return np.isin(union, key._cache["T"])
     size = math.floor(key.gamma * len(pool))
-    raw = _raw("tsp", key.seed, len(pool))
+    raw = _raw("tsp", key.seed, len(pool), key.draw)
     threshold = np.partition(raw, size - 1)[size - 1]
     if np.count_nonzero(raw == threshold) > 1:  # a tie at the cut (odds ~1e-10): the stable sort decides
         return np.isin(union, key.token_set(view))
