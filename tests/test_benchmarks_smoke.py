@@ -41,11 +41,14 @@ def test_common_human_text():
 def test_verify_speed_quick(capsys, qwen3):
     results = _load("verify_speed").main(["--quick"])
     printed = capsys.readouterr().out
-    rows = _rows(printed)
-    assert [r[0] for r in rows] == ["tsp", "wip", "sa"]
+    rows = [r for r in _rows(printed) if r[0] not in ("SA path", "---")]  # the second table's header too
+    assert [r[0] for r in rows[:3]] == ["tsp", "wip", "sa"]
+    assert [r[0].split(" ")[0] for r in rows[3:]] == ["`icw.verify`", "`icw", "`icw", "reference"]
     assert "SA (N=1000)" in printed and "TSP within 1.3x" in printed and "WIP within 1.3x" in printed
+    assert "SA through `icw detect` >= 500x" in printed
     assert results["tsp"]["max_abs_dz"] == 0.0  # same statistic as the reference (checked in the script too)
     assert all(results[f]["icw"] > 0 for f in ("tsp", "wip", "sa"))
+    assert results["sa_cli"]["stderr_lines"] <= 1 and results["sa_cli"]["cli"] > 0  # a summary, not a note per text
     texts = _load("_common").texts_of_tokens(qwen3, 2, 600)
     assert [len(qwen3(t, add_special_tokens=False)["input_ids"]) for t in texts] == [600, 600]
 

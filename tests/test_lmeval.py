@@ -99,3 +99,24 @@ def test_harness_z_equals_icw_detect(icwbench, tmp_path, capsys):
         assert metrics["mean_z,none"] == pytest.approx(sum(zs[True]) / ROWS)
         assert metrics["mean_z_plain,none"] == pytest.approx(sum(zs[False]) / ROWS)
         assert 0.0 <= metrics["roc_auc,none"] <= 1.0
+
+
+def test_tpr_at_fpr_is_not_estimable_below_the_reports_floor():
+    """Below the plain answers `icw bench report` needs, the task's TPR@1%FPR is NaN, as the report says
+    "not estimable"; from that many on, it is detection_report's number."""
+    import math
+    import random
+
+    from icw.bench.report import MIN_NEGATIVES_FOR_TPR_AT_1FPR
+    from icw.detection import detection_report
+    from icw.lmeval import hooks
+
+    rng = random.Random(0)
+    positives = [[True, rng.gauss(3, 1), 0.5, False] for _ in range(MIN_NEGATIVES_FOR_TPR_AT_1FPR)]
+    negatives = [[False, rng.gauss(0, 1), 0.5, False] for _ in range(MIN_NEGATIVES_FOR_TPR_AT_1FPR)]
+    assert math.isnan(hooks.tpr_at_fpr(positives + negatives[:4]))  # `--limit 8`: four plain answers
+    assert math.isnan(hooks.tpr_at_fpr(positives + negatives[:-1]))
+    assert not math.isnan(hooks.roc_auc(positives + negatives[:4]))  # AUC has no such floor
+    expected = detection_report([z for _, z, _, _ in positives], [z for _, z, _, _ in negatives], fpr=hooks.FPR,
+                                num_bootstrap=1).tpr_at_fpr
+    assert hooks.tpr_at_fpr(positives + negatives) == expected and 0.0 < expected <= 1.0

@@ -39,6 +39,21 @@ def test_blocked_null_matches_whole_shuffles(m):
     assert abs(blocked.std() - whole.std()) < 0.1 * max(whole.std(), 0.05)
 
 
+def test_batched_nulls_equal_one_text_at_a_time(monkeypatch):
+    """Texts of many lengths (long ones blocked), in groups of every size: each text's null is
+    permutation_null's, number for number."""
+    from icw import lcs
+
+    rng = np.random.default_rng(3)
+    lengths = [1, 2, 5, 5, 5, 17, 40, 40, PERMUTATION_BLOCK, PERMUTATION_BLOCK + 3] + list(rng.integers(1, 60, 40))
+    phis = [rng.integers(0, 26, int(m)).astype(np.int64) for m in lengths]
+    expected = [permutation_null(SECRET, p, 300) for p in phis]
+    for words in (300, 3000, lcs.CACHE_WORDS):  # one text a group, ten, all
+        monkeypatch.setattr(lcs, "CACHE_WORDS", words)
+        got = lcs.permutation_nulls(SECRET, phis, 300)
+        assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
+
+
 def test_blocked_null_keeps_the_letters():
     """A text of one repeated letter has a single ordering: every shuffle gives the same LCS."""
     codes = letter_codes("E" * 1000)

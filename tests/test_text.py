@@ -166,3 +166,37 @@ def test_processor_equals_extractor_on_block_structure(name, request):
         assert letters == sentence_initials(tok.decode(tok(text, add_special_tokens=False)["input_ids"]))
 
     check()
+
+
+# Prose with every character the plain-text scan reads, and the line starts that send a text to the automaton.
+PROSE_FRAGMENTS = ["Word", "word", "x", " ", "  ", "\t", "\r\n", "\n", "\n\n", "\n \n", ". ", ".", "!", "?", "...",
+                   "\"", "'", ")", "]", "*", "_", "(", "2020", "3.5", ",", "é", "\u00a0", "\u2028", "\x0b", "=", "+",
+                   "-", "#", "1. ", "e.g.", "U.S. "]
+prose = st.lists(st.sampled_from(PROSE_FRAGMENTS), max_size=60).map("".join)
+
+
+@settings(max_examples=3000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prose, st.integers(min_value=1, max_value=40))
+def test_plain_prose_scan_equals_the_automaton(text, chunk):
+    """Markup-free text is read by one regex scan (the common case); it must find what the automaton finds."""
+    expected = advance(START, text)[1]
+    assert sentence_initial_spans(text) == expected
+    assert sentence_initials(text) == sentence_initials(text, chunk=chunk) == "".join(c for _, c in expected)
+
+
+def test_plain_prose_scan_on_human_text():
+    """gensim's human passages (``benchmarks/_common.py``), most of them markup-free, alone and six at a time."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _common import human_passages
+
+    from icw.text import _is_plain
+
+    passages = [t for _, t in human_passages()]
+    texts = passages + ["\n\n".join(passages[i:i + 6]) for i in range(0, len(passages), 6)]
+    assert sum(map(_is_plain, texts)) > len(texts) // 2  # the scan is exercised
+    for text in texts:
+        expected = advance(START, text)[1]
+        assert sentence_initial_spans(text) == expected
+        assert sentence_initials(text) == "".join(c for _, c in expected)

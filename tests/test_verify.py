@@ -2,6 +2,7 @@ import itertools
 import math
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,7 +75,7 @@ def test_wip_exact_null_against_brute_force():
 
 @pytest.mark.parametrize("budget", [1 << 22, 1 << 12], ids=["one-chunk", "many-chunks"])
 def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
-    monkeypatch.setattr(sys.modules["icw.wip"], "_DP_BUDGET", budget)
+    monkeypatch.setattr(sys.modules["icw.wip"], "_TAIL_BUDGET", budget)
     rng = np.random.default_rng(2)
     counts = rng.integers(0, 9, size=(40, 26)) * rng.integers(1, 4, size=(40, 1))  # texts of unequal length
     counts[3] = 0  # a text with nothing scored
@@ -83,6 +84,52 @@ def test_wip_exact_null_batched_equals_one_at_a_time(monkeypatch, budget):
     assert batched.shape == (40,)
     for b in range(40):
         assert batched[b] == pytest.approx(wip_key_null_sf(counts[b], int(letters[b]), int(x[b])), abs=1e-12)
+
+
+def knapsack_sf(counts: np.ndarray, letters: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``P(X' >= x)`` by the 26-step dynamic program over every text at once: the tail's former
+    implementation, kept in ``icw.wip._subset_sums`` for the whole distribution."""
+    from icw.wip import _subset_sums
+
+    width = np.minimum(np.maximum(x, 0), counts.sum(1) + 1)
+    total = np.array([math.comb(26, int(k)) for k in letters], dtype=np.float64)
+    if int(width.max()) == 0:
+        return np.ones(len(counts))
+    ways = _subset_sums(counts, letters, int(width.max()))
+    below = np.where(np.arange(int(width.max()))[None, :] < width[:, None], ways, 0.0).sum(1)
+    return (total - below) / total
+
+
+def test_wip_tail_equals_the_knapsack_bit_for_bit():
+    """Meeting in the middle gives the dynamic program's p-values exactly, on random counts of every size."""
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        batch = int(rng.integers(1, 40))
+        counts = rng.integers(0, int(rng.integers(1, 900)), size=(batch, 26))
+        counts[rng.random((batch, 26)) < 0.2] = 0  # absent letters
+        letters = rng.integers(0, 27, size=batch)
+        x = rng.integers(-3, int(counts.sum(1).max()) + 5, size=batch)
+        assert np.array_equal(wip_key_null_sf(counts, letters, x), knapsack_sf(counts, letters, x))
+
+
+def test_wip_p_values_on_human_texts_equal_the_knapsack(qwen3):
+    """verify's WIP p-values on 400 human passages under three keys are the dynamic program's, bit for bit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _common import human_passages
+
+    passages = [t for _, t in human_passages()]
+    texts = passages[::max(1, len(passages) // 400)][:400]
+    counts = wip_letter_counts(texts, qwen3)
+    scores = wip_letter_scores(counts)
+    shifted = scores - scores.min(1, keepdims=True)
+    for seed, size in ((1, 13), (2, 13), (3, 5)):
+        key = ICWKey.create("wip", seed=seed, tokenizer=qwen3, num_letters=size)
+        green = np.zeros(26, dtype=bool)
+        green[[ord(c) - 65 for c in key.green_letters]] = True
+        x = shifted[:, green].sum(1)
+        expected = np.where(counts.sum(1) > 0, knapsack_sf(shifted, np.full(len(texts), size), x), 1.0)
+        got = [r.p_value for r in verify(texts, key, qwen3)]
+        assert np.array_equal(np.minimum(expected, 1.0), np.array(got))
 
 
 def every_key_sum(scores: np.ndarray, k: int) -> np.ndarray:
@@ -298,3 +345,36 @@ def test_vectorized_hypergeometric_tails_match_scipy():
     expected = hypergeom.sf(x - 1, big, k, n)
     got = hypergeom_tails(x, big, k, n)
     assert np.allclose(got, expected, rtol=1e-8, atol=1e-300)
+
+
+def test_batched_token_scoring_equals_plain_sets_on_human_texts(qwen3):
+    """n and X of every text in one mixed batch (TSP keys of two pool sizes, WIP keys of two sizes, keys
+    shared and not) equal Python sets over that text's own token ids."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from _common import human_passages
+
+    texts = [t for _, t in human_passages()][::40][:90] + ["", "   ", "这是中文。"]
+    keys = [ICWKey.create("tsp", seed=1, tokenizer=qwen3), ICWKey.create("tsp", seed=2, tokenizer=qwen3, pool_size=5000),
+            ICWKey.create("wip", seed=1, tokenizer=qwen3), ICWKey.create("wip", seed=3, tokenizer=qwen3, num_letters=5)]
+    per_text = [keys[i % 4] if i % 3 else keys[0] for i in range(len(texts))]
+    view = vocabulary(qwen3)
+    results = verify(texts, per_text, qwen3)
+    for text, key, r in zip(texts, per_text, results, strict=True):
+        from icw.keys import green_mask, scored_mask
+
+        ids = set(qwen3(text, add_special_tokens=False)["input_ids"])
+        scored = {t for t in ids if 0 <= t < view.size and scored_mask(key, view)[t]}
+        assert r.num_tokens_scored == len(scored)
+        assert r.num_aligned == sum(bool(green_mask(key, view)[t]) for t in scored)
+        assert r.to_dict() == verify(text, key, qwen3).to_dict()
+
+
+def test_to_dict_is_asdict_without_the_deep_copies(qwen3):
+    from dataclasses import asdict
+
+    for family in ("tsp", "wip", "sa"):
+        key = ICWKey.create(family, seed=1, tokenizer=qwen3 if family != "sa" else None)
+        for highlights in (False, True):
+            r = verify(HUMAN, key, qwen3, highlights=highlights)
+            expected = {k: v for k, v in asdict(r).items() if highlights or k != "highlights"}
+            assert r.to_dict() == expected and list(r.to_dict()) == list(expected)

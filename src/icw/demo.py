@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from .argtypes import non_negative_int, positive_float, positive_int
 from .keys import FAMILIES, ICWKey
 from .verification import verify
 
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``icw demo`` command to the CLI's subparsers."""
     demo = sub.add_parser("demo", help="generate with and without each family's bias on the embedded model")
     demo.add_argument("--model", default="smollm2", help="smollm2 (embedded) or a transformers model folder/id")
-    demo.add_argument("--seed", type=int, default=2026, help="key seed of every family")
-    demo.add_argument("--max-new-tokens", type=int, default=160, help="answer length in tokens")
-    demo.add_argument("--delta", type=float, help="bias strength (default: the family's)")
+    demo.add_argument("--seed", type=non_negative_int, default=2026, help="key seed of every family")
+    demo.add_argument("--max-new-tokens", type=positive_int, default=160, help="answer length in tokens")
+    demo.add_argument("--delta", type=positive_float, help="bias strength (default: the family's)")
     demo.set_defaults(func=_main)

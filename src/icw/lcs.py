@@ -75,18 +75,21 @@ def _int_table(secret: str) -> tuple[int, ...]:
     return tuple(int(m) for m in secret_table(secret)[0])
 
 
-#: The most match masks one vectorized step of the batched nulls holds (about 16 MB of words): texts are
-#: processed in groups under it, so memory stays bounded for any batch.
-BATCH_WORDS = 1 << 22
+#: Words per array of one step of the batched nulls (1 MB): texts run in groups this small, so the arrays
+#: stay in cache and memory stays bounded for any batch (a 2-core machine: 26 us a text at 1 MB, 37 us at 16 MB).
+CACHE_WORDS = 1 << 18
 
 
-def _advance_ragged(v: np.ndarray, match: np.ndarray, active: np.ndarray) -> None:
-    """Bit-parallel LCS over ragged strings: ``v`` is ``(strings, draws)``, ``match[:, j]`` the masks of
-    position ``j`` and ``active[j]`` how many strings reach it (longest first, so those are a prefix)."""
+def _advance_ragged(v: np.ndarray, table: np.ndarray, codes: np.ndarray, active: np.ndarray) -> None:
+    """Bit-parallel LCS over ragged strings: ``v`` is ``(strings, draws)``, ``table[c]`` the masks of letter
+    ``c`` in every draw, ``codes[:, j]`` the letters at position ``j`` and ``active[j]`` how many strings
+    reach it (longest first, so those are a prefix). Each position's masks are gathered as it is read,
+    which keeps the arrays cache-sized."""
     u, w = np.empty_like(v), np.empty_like(v)
     for j, rows in enumerate(active.tolist()):
         vv, uu, ww = v[:rows], u[:rows], w[:rows]
-        np.bitwise_and(vv, match[:rows, j], out=uu)
+        np.take(table, codes[:rows, j], axis=0, out=uu, mode="wrap")  # "wrap": in range, no buffered output
+        np.bitwise_and(vv, uu, out=uu)
         np.add(vv, uu, out=ww)
         np.subtract(vv, uu, out=vv)
         np.bitwise_or(vv, ww, out=vv)
@@ -95,9 +98,10 @@ def _advance_ragged(v: np.ndarray, match: np.ndarray, active: np.ndarray) -> Non
 def permutation_nulls(secret: str, phis: list[np.ndarray], count: int) -> list[np.ndarray]:
     """:func:`permutation_null` of many texts at once: the same orderings, so the same numbers.
 
-    Short texts (up to :data:`PERMUTATION_BLOCK` letters) are run together, longest first, as one
-    ragged bit-parallel LCS over all their ``count`` orderings (a shorter text's rows simply stop
-    early); one numpy call per letter position for the whole batch instead of one per text.
+    Short texts (up to :data:`PERMUTATION_BLOCK` letters) of one length share their ``count`` orderings,
+    so they run together: at each position one gather of every text's match masks through the shared
+    ordering, then one bit-parallel LCS step over all of them. The arrays stay cache-sized; gathering
+    each text's masks for all positions up front streamed hundreds of megabytes per batch.
 
     Args:
         secret (`str`): the SA secret ``S``.
@@ -105,25 +109,24 @@ def permutation_nulls(secret: str, phis: list[np.ndarray], count: int) -> list[n
         count (`int`): the number of random orderings ``N`` per text.
     """
     out: list[np.ndarray | None] = [None] * len(phis)
-    short = sorted((i for i, p in enumerate(phis) if len(p) <= PERMUTATION_BLOCK), key=lambda i: -len(phis[i]))
-    for i in set(range(len(phis))) - set(short):
-        out[i] = permutation_null(secret, phis[i], count)
+    by_length: dict[int, list[int]] = {}
+    for i, phi in enumerate(phis):
+        if len(phi) <= PERMUTATION_BLOCK:
+            by_length.setdefault(len(phi), []).append(i)
+        else:
+            out[i] = permutation_null(secret, phi, count)
     width, table = len(secret), secret_table(secret)[0]
     full = table.dtype.type((1 << width) - 1)
-    while short:
-        longest = len(phis[short[0]])
-        size = max(1, BATCH_WORDS // (longest * count))
-        group, short = short[:size], short[size:]
-        match = np.empty((len(group), longest, count), dtype=table.dtype)
-        for slot, i in enumerate(group):  # the text's match masks, in each ordering's order
-            np.take(table[phis[i]], _positions(len(phis[i]), count), out=match[slot, :len(phis[i])])
-        lengths = np.array([len(phis[i]) for i in group])
-        active = (lengths[None, :] > np.arange(longest)[:, None]).sum(axis=1)
-        v = np.full((len(group), count), full, dtype=table.dtype)
-        _advance_ragged(v, match, active)
-        np.bitwise_and(v, full, out=v)
-        for i, row in zip(group, width - np.bitwise_count(v).astype(np.int64), strict=True):
-            out[i] = row
+    size = max(1, CACHE_WORDS // count)
+    for length, texts in by_length.items():
+        positions = _positions(length, count)
+        for group in (texts[k:k + size] for k in range(0, len(texts), size)):
+            masks = table[np.stack([phis[i] for i in group])]  # (texts, length)
+            v = np.full((len(group), count), full, dtype=table.dtype)
+            match = np.empty_like(v)  # "wrap": the indices are in range, and the default mode buffers the output
+            _lcs_advance(v, (np.take(masks, row, axis=1, out=match, mode="wrap") for row in positions), full)
+            for i, null in zip(group, width - np.bitwise_count(v).astype(np.int64), strict=True):
+                out[i] = null
     return out
 
 
@@ -163,20 +166,19 @@ def sequential_exceedances(length: int, pool: str, phis: list[np.ndarray], obser
     while pending and start < total:
         stop = min(total, start + step)
         width = stop - start
-        table = padded[:, start:stop]
+        table = np.ascontiguousarray(padded[:, start:stop])
         still: list[int] = []
         while pending:
             longest = len(phis[pending[0]])
-            size = max(1, BATCH_WORDS // (longest * width))
+            size = max(1, CACHE_WORDS // width)
             group, pending = pending[:size], pending[size:]
             lengths = np.array([len(phis[i]) for i in group])
             codes = np.full((len(group), longest), 26, dtype=np.intp)
             for slot, i in enumerate(group):
                 codes[slot, :lengths[slot]] = phis[i]
-            match = table[codes]  # (texts, positions, draws)
             active = (lengths[None, :] > np.arange(longest)[:, None]).sum(axis=1)
             v = np.full((len(group), width), full, dtype=masks.dtype)
-            _advance_ragged(v, match, active)
+            _advance_ragged(v, table, codes, active)
             np.bitwise_and(v, full, out=v)
             null = length - np.bitwise_count(v).astype(np.int64)
             idx = np.array(group)
@@ -311,8 +313,9 @@ def _padded_null_masks(length: int, pool: str, count: int) -> np.ndarray:
 
 @lru_cache(maxsize=128)
 def _positions(length: int, count: int) -> np.ndarray:
-    """:func:`permutations` transposed, ``(length, count)``: position ``j`` of every ordering is one row."""
-    return np.ascontiguousarray(permutations(length, count).T)
+    """:func:`permutations` transposed, ``(length, count)``: position ``j`` of every ordering is one row (as
+    ``intp``, which ``np.take`` indexes with without a conversion per text)."""
+    return np.ascontiguousarray(permutations(length, count).T, dtype=np.intp)
 
 
 def letter_codes(letters: str) -> np.ndarray:

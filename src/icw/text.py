@@ -357,13 +357,57 @@ def _is_marker(lead: str, c: str) -> bool:
     return c in _LINE_WS
 
 
+# Plain prose: no code, HTML, quote, table or fence character anywhere, and no line opening (after its
+# indentation) with a heading, list, rule or setext character. There the automaton keeps only ``pending``
+# and ``term``, and a sentence starts at the first ASCII letter after the text's start, after [.!?] (and
+# closers) followed by whitespace, or after a blank line: one C-level regex scan instead of a Python loop
+# per sentence. tests/test_text.py checks it against the automaton on random text.
+_MARKUP_CHARS = "`<>|~"
+_MARKUP_LINE = re.compile(r"\n[ \t\r\x0b\x0c]*[-#*+=_0-9]")
+_MARKUP_FIRST_LINE = re.compile(r"[ \t\r\x0b\x0c\n]*[-#*+=_0-9]")
+_FIRST_LETTER = re.compile(r"[A-Za-z]")
+_UP_TO_LAST_LETTER = re.compile(r".*[A-Za-z]", re.S)
+# Led by a character set, which the regex engine skips to quickly; the lookbehinds tell the two breaks apart.
+_NEXT_START = re.compile(r"[.!?\n](?:(?<=\n)[ \t\r\x0b\x0c]*\n|(?<=[.!?])[.!?\"')\]*_]*[ \t\r\x0b\x0c\n])"
+                         r"[^A-Za-z]*([A-Za-z])")
+
+
+def _is_plain(text: str) -> bool:
+    return not (any(c in text for c in _MARKUP_CHARS) or _MARKUP_FIRST_LINE.match(text)
+                or _MARKUP_LINE.search(text))
+
+
+def _plain_spans(text: str) -> list[tuple[int, str]]:
+    first = _FIRST_LETTER.search(text)
+    if first is None:
+        return []
+    return [(first.start(), first.group().upper())] + [(m.start(1), m.group(1).upper())
+                                                       for m in _NEXT_START.finditer(text, first.end())]
+
+
+def _plain_initials(text: str, chunk: int) -> str:
+    first = _FIRST_LETTER.search(text)
+    if first is None:
+        return ""
+    letters, start = [first.group()], first.end()
+    while start < len(text):
+        # windows end just after an ASCII letter: every match ends at its one letter, so none straddles two
+        end = len(text)
+        if end - start > chunk:
+            last = _UP_TO_LAST_LETTER.match(text, start, start + chunk) or _FIRST_LETTER.search(text, start + chunk)
+            end = last.end() if last else end
+        letters.append("".join(_NEXT_START.findall(text, start, end)))
+        start = end
+    return "".join(letters).upper()
+
+
 def sentence_initial_spans(text: str) -> list[tuple[int, str]]:
     """Character index and upper-cased letter of every sentence start in ``text``.
 
     Args:
         text (`str`): the text to read (markdown aware: code and HTML are skipped).
     """
-    return advance(START, text)[1]
+    return _plain_spans(text) if _is_plain(text) else advance(START, text)[1]
 
 
 def sentence_initials(text: str, chunk: int = 1 << 16) -> str:
@@ -374,6 +418,8 @@ def sentence_initials(text: str, chunk: int = 1 << 16) -> str:
         text (`str`): the text to read.
         chunk (`int`, defaults to 65536): characters read per step (bounds the memory used on long texts).
     """
+    if _is_plain(text):
+        return _plain_initials(text, chunk)
     state, letters = START, []
     for start in range(0, len(text), chunk):
         state, found = advance(state, text[start:start + chunk])

@@ -35,9 +35,10 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,7 @@ import numpy as np
 from .keys import SA_POOL, ICWKey, as_keys, green_mask, scored_mask
 from .lcs import lcs_alignment, lcs_length, letter_codes, permutation_nulls, sequential_exceedances
 from .text import sentence_initial_spans, sentence_initials
+from .tsp import hypergeom_tails
 from .vocab import ALPHABET, VocabularyView, vocabulary
 from .wip import (  # noqa: F401  (re-exported: the WIP statistics are part of the verifier's API)
     WIP_SCORE_STEP,
@@ -74,6 +76,9 @@ NULL_HYPOTHESES = {
     "wip": "the text is independent of the key: the green letters are a uniform random |L|-subset of the alphabet",
     "sa": "the text is independent of the key: the secret is a random string from the key's letter pool",
 }
+#: Appended for a screened key (icw.screening): the p-value is over all keys, the key uniform over those passing.
+SCREENED_NULL = ("; this key passed screen {}, so it is uniform over the fraction r of keys that pass it: the p-value "
+                 "is over all keys, and P(p <= u) <= u / r under the screened-key null (docs/statistics.md)")
 _NOT_ASCII_LETTER = bytes(b for b in range(128) if not chr(b).isalpha())
 _ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -175,9 +180,13 @@ class VerificationResult:
     highlights: list[Highlight] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        # a shallow copy: every field but the highlights is a number or a string (dataclasses.asdict deep-copies
+        # each one, which cost more than verifying an SA text)
+        out = dict(self.__dict__)
         if self.highlights is None:
             out.pop("highlights")
+        else:
+            out["highlights"] = [dict(h.__dict__) for h in self.highlights]
         return out
 
 
@@ -191,41 +200,6 @@ def z_statistic(x: int, n: int, p0: float) -> float:
         p0 (`float`): the per-unit success probability under the null.
     """
     return 0.0 if n == 0 else (x - n * p0) / math.sqrt(n * p0 * (1.0 - p0))
-
-
-def hypergeom_tails(x: np.ndarray, population: np.ndarray, successes: np.ndarray, draws: np.ndarray) -> np.ndarray:
-    """``P(X >= x)`` for ``X ~ Hypergeometric(population, successes, draws)``, element-wise.
-
-    Sums the pmf over the upper tail in log space for all texts in one vectorized pass
-    (scipy.stats.hypergeom.sf loops in Python per element, which dominated batch verification;
-    tests check agreement with it).
-
-    Args:
-        x (`np.ndarray`): observed counts, one per text.
-        population (`np.ndarray`): population sizes (``|V_en|`` for TSP).
-        successes (`np.ndarray`): success states in the population (the green list size ``|T|``).
-        draws (`np.ndarray`): sample sizes (the text's unique ``V_en`` tokens ``n``).
-    """
-    x, big, k, n = (np.asarray(a, dtype=np.int64) for a in (x, population, successes, draws))
-    lo = np.maximum(x, 0)
-    hi = np.minimum(n, k)
-    counts = np.maximum(hi - lo + 1, 0)
-    out = np.where(x <= np.maximum(0, n - (big - k)), 1.0, 0.0)  # x at or below the support: certain
-    todo = (counts > 0) & (out == 0.0)
-    if todo.any():
-        reps = counts[todo]
-        row = np.repeat(np.arange(len(reps)), reps)
-        j = lo[todo][row] + np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
-        kk, bb, nn = k[todo][row], big[todo][row], n[todo][row]
-        logpmf = (_log_comb(kk, j) + _log_comb(bb - kk, nn - j) - _log_comb(bb, nn))
-        out[todo] = np.minimum(np.add.reduceat(np.exp(logpmf), np.cumsum(reps) - reps), 1.0)
-    return out
-
-
-def _log_comb(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from scipy.special import gammaln  # here, not at the top: scipy.special takes ~0.4 s to import
-
-    return gammaln(a + 1.0) - gammaln(b + 1.0) - gammaln(a - b + 1.0)
 
 
 # -------------------------------------------------------------------------- helpers
@@ -254,7 +228,17 @@ def _check_texts(texts: Any, max_chars: int) -> list[str]:
                 "(e.g. per answer or per page), or raise the limit (max_chars= in verify, --max-chars in icw detect).",
                 index=i, length=len(t), max_chars=max_chars,
             )
-    return [t if t.isascii() or not _SURROGATE.search(t) else _SURROGATE.sub("\ufffd", t) for t in texts]
+    return [t if t.isascii() or not _has_surrogate(t) else _SURROGATE.sub("\ufffd", t) for t in texts]
+
+
+def _has_surrogate(text: str) -> bool:
+    if len(text) > 1 << 20:  # a long text: scan it, rather than hold an encoded copy
+        return _SURROGATE.search(text) is not None
+    try:
+        text.encode("utf-8")  # UTF-8 refuses exactly the surrogates, 4x faster than the regex scan
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _text_note(text: str) -> str | None:
@@ -263,7 +247,11 @@ def _text_note(text: str) -> str | None:
     if text.isascii():
         return None
     # Counted without a list of matches: findall held one pointer per letter (~8 bytes a character).
-    ascii_letters = len(text.encode("ascii", "ignore").translate(None, _NOT_ASCII_LETTER))
+    ascii_part = text.encode("ascii", "ignore")
+    others = len(text) - len(ascii_part)  # at most this many non-ASCII letters: enough ASCII ones settle it
+    if len(ascii_part[:4 * others + 64].translate(None, _NOT_ASCII_LETTER)) >= others:
+        return None
+    ascii_letters = len(ascii_part.translate(None, _NOT_ASCII_LETTER))
     other_letters = sum(map(str.isalpha, _ASCII_RUNS.sub("", text)))
     if other_letters > ascii_letters:
         return _NON_ENGLISH_NOTE
@@ -292,45 +280,70 @@ def _result(key: ICWKey, alpha: float, z: float, p: float, n: int, x: int, mean:
     return VerificationResult(
         family=key.family, z_score=float(z), p_value=float(p), is_watermarked=bool(p <= alpha), alpha=alpha,
         num_tokens_scored=int(n), num_aligned=int(x), null_mean=float(mean), null_sd=float(sd), p0=p0,
-        p_value_method=method, statistic=STATISTICS[key.family], null_hypothesis=NULL_HYPOTHESES[key.family],
+        p_value_method=method, statistic=STATISTICS[key.family],
+        null_hypothesis=NULL_HYPOTHESES[key.family] + (SCREENED_NULL.format(key.screen) if key.screen else ""),
         key=key.to_string(), note=note, **extra,
     )
 
 
 # ------------------------------------------------------------------- per-family scoring
-def _score_token_family(key: ICWKey, view: VocabularyView, ids: list[int], offsets: list | None,
-                        text: str, alpha: float) -> tuple[VerificationResult, tuple]:
-    """Score one text; the exact p-value is left to the caller, who computes the tails of a whole
-    batch in one call: returned as ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, 26 key letters)`` (WIP)."""
-    scored, green = scored_mask(key, view), green_mask(key, view)
-    arr = np.asarray(ids, dtype=np.int64)
-    arr = arr[(arr >= 0) & (arr < view.size)]
-    unique = np.unique(arr)
-    unique = unique[scored[unique]]
-    n, x = len(unique), int(green[unique].sum())
+def _key_constants(key: ICWKey, view: VocabularyView) -> tuple[float, str, Any]:
+    """``(p0, p-value method, what the tail needs)`` of a TSP/WIP key: ``(|P|, |T|)`` or its 26 key letters."""
     if key.family == "tsp":
-        p0 = key.gamma
-        pool = int(scored.sum())
+        pool = int(scored_mask(key, view).sum())
         size_t = math.floor(key.gamma * pool)
-        p, tail = float("nan"), (x, pool, size_t, n)
-        method = f"exact hypergeometric (|P| = {pool}, |T| = {size_t})"
-    else:
-        letters = [ord(c) - 65 for c in key.green_letters]
-        p0 = float(view.letter_fractions[letters].sum())
-        counts = np.bincount(view.word_letter[unique].astype(np.int64), minlength=26)
-        green_letters = np.zeros(26, dtype=bool)
-        green_letters[letters] = True
-        p, tail = float("nan"), (counts, green_letters)
-        method = (f"exact, over all {math.comb(26, key.num_letters):,} {key.num_letters}-letter keys "
-                  f"(knapsack over the 26 letters)")
-    highlights = None
-    if offsets is not None:
-        labels = _LABELS[key.family]
-        highlights = [Highlight(s, e, text[s:e], bool(green[t]), labels[0] if green[t] else labels[1])
-                      for t, (s, e) in zip(ids, offsets, strict=False) if 0 <= t < view.size and scored[t] and e > s]
-    mean, sd = n * p0, math.sqrt(n * p0 * (1 - p0))
-    return _result(key, alpha, z_statistic(x, n, p0), min(p, 1.0), n, x, mean, sd, p0, method, _text_note(text),
-                   highlights=highlights), tail
+        return key.gamma, f"exact hypergeometric (|P| = {pool}, |T| = {size_t})", (pool, size_t)
+    letters = [ord(c) - 65 for c in key.green_letters]
+    green_letters = np.zeros(26, dtype=bool)
+    green_letters[letters] = True
+    return (float(view.letter_fractions[letters].sum()), f"exact, over all {math.comb(26, key.num_letters):,} "
+            f"{key.num_letters}-letter keys (knapsack over the 26 letters)", green_letters)
+
+
+def _score_token_texts(keys: list[ICWKey], view: VocabularyView, ids: list[list[int]], offsets: list | None,
+                       texts: list[str], alpha: float) -> tuple[list[VerificationResult], list[tuple]]:
+    """Score TSP/WIP texts of one tokenizer in a few array calls (per-text calls dominated batches of short
+    texts); the exact p-values are left to the caller, who computes a whole batch's tails at once: per text
+    ``(x, |P|, |T|, n)`` (TSP) or ``(26 letter counts, 26 key letters)`` (WIP)."""
+    by_key: dict[ICWKey, list[int]] = {}
+    for b, key in enumerate(keys):
+        by_key.setdefault(key, []).append(b)
+    rank = np.empty(len(keys), dtype=np.int64)  # texts numbered key by key: each key's texts are one slice
+    rank[[b for group in by_key.values() for b in group]] = np.arange(len(keys))
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+    rows = np.repeat(rank, lengths)
+    inside = (flat >= 0) & (flat < view.size)
+    pairs = np.sort(rows[inside] * view.size + flat[inside])  # distinct (text, token): a sort beats np.unique here
+    rows, tokens = np.divmod(pairs[np.diff(pairs, prepend=-1) != 0], view.size)
+    starts = np.searchsorted(rows, np.arange(len(keys) + 1))
+    scored, green = np.zeros(len(tokens), dtype=bool), np.zeros(len(tokens), dtype=bool)
+    for key, group in by_key.items():
+        part = slice(starts[rank[group[0]]], starts[rank[group[-1]] + 1])
+        scored[part], green[part] = scored_mask(key, view)[tokens[part]], green_mask(key, view)[tokens[part]]
+    rows, tokens, green = rows[scored], tokens[scored], green[scored]
+    n = np.bincount(rows, minlength=len(keys))[rank]
+    x = np.bincount(rows, weights=green, minlength=len(keys)).astype(np.int64)[rank]
+    letter = view.word_letter[tokens].astype(np.int64)  # -1 off V_en^word, which only TSP keys score
+    word = letter >= 0
+    letter_counts = np.bincount(rows[word] * 26 + letter[word], minlength=26 * len(keys)).reshape(-1, 26)[rank]
+    per_key = {key: _key_constants(key, view) for key in by_key}
+    results, tails = [], []
+    for b, (key, text) in enumerate(zip(keys, texts, strict=True)):
+        nb, xb = int(n[b]), int(x[b])
+        p0, method, constant = per_key[key]
+        tails.append((xb, *constant, nb) if key.family == "tsp" else (letter_counts[b], constant))
+        highlights = None
+        if offsets is not None:
+            in_p, in_t = scored_mask(key, view), green_mask(key, view)
+            labels = _LABELS[key.family]
+            highlights = [Highlight(s, e, text[s:e], bool(in_t[t]), labels[0] if in_t[t] else labels[1])
+                          for t, (s, e) in zip(ids[b], offsets[b], strict=False)
+                          if 0 <= t < view.size and in_p[t] and e > s]
+        mean, sd = nb * p0, math.sqrt(nb * p0 * (1 - p0))
+        results.append(_result(key, alpha, z_statistic(xb, nb, p0), float("nan"), nb, xb, mean, sd, p0, method,
+                               _text_note(text), highlights=highlights))
+    return results, tails
 
 
 def sequential_stop(alpha: float, num_null_keys: int) -> int:
@@ -457,10 +470,10 @@ def verify(
     for tok, view, idx in groups.values():
         enc = tok([texts[i] for i in idx], add_special_tokens=False, return_offsets_mapping=highlights)
         tails: dict[str, dict[int, tuple]] = {"tsp": {}, "wip": {}}
-        for j, i in enumerate(idx):
-            offsets = enc["offset_mapping"][j] if highlights else None
-            results[i], tails[keys[i].family][i] = _score_token_family(keys[i], view, enc["input_ids"][j], offsets,
-                                                                       texts[i], alpha)
+        scored, tail = _score_token_texts([keys[i] for i in idx], view, enc["input_ids"],
+                                          enc["offset_mapping"] if highlights else None, [texts[i] for i in idx], alpha)
+        for i, result, t in zip(idx, scored, tail, strict=True):
+            results[i], tails[keys[i].family][i] = result, t
         # exact p-values in one vectorized call per family: per-text calls dominated batch verification
         p_values: dict[int, float] = {}
         if tails["tsp"]:

@@ -3,8 +3,9 @@
 A WIP text is summarized by its 26 counts ``c_a`` of unique word-initial tokens per first letter.
 Under the key-null (the text is independent of the key, whose letters are a uniform random
 ``|L|``-subset), any statistic that sums per-letter integer scores over the key's letters has an
-exact distribution over all ``C(26, |L|)`` keys, counted by a 26-step knapsack
-(:func:`wip_key_null_sf`). The verifier's decision statistic is ``D = sum_{a in L} (c_a - n e_a)``,
+exact distribution over all ``C(26, |L|)`` keys, counted as a knapsack: one threshold per text by
+meeting in the middle (:func:`wip_key_null_sf`), the whole distribution by a 26-step dynamic program
+(:func:`_subset_sums`). The verifier's decision statistic is ``D = sum_{a in L} (c_a - n e_a)``,
 the excess over the English word-initial distribution ``e_a`` (:func:`wip_excess_test`).
 """
 
@@ -23,11 +24,11 @@ from .vocab import ALPHABET, vocabulary
 
 def wip_key_null_sf(counts: np.ndarray, num_letters: int | np.ndarray, x: int | np.ndarray) -> float | np.ndarray:
     """``P(X' >= x)`` where ``X'`` sums the letter counts of a uniformly random
-    ``num_letters``-subset of the 26 letters (exact, by dynamic programming).
+    ``num_letters``-subset of the 26 letters (exact).
 
     ``counts`` is ``(26,)`` for one text (returns a float) or ``(B, 26)`` for a batch, with
-    ``num_letters`` and ``x`` scalars or ``(B,)``: texts of similar length share one 26-step
-    knapsack, in chunks whose tables stay under ``_DP_BUDGET`` floats.
+    ``num_letters`` and ``x`` scalars or ``(B,)``. The tail is counted by meeting in the middle
+    (:func:`_count_below`), a few texts at a time so the tables stay under ``_TAIL_BUDGET`` integers.
 
     Args:
         counts (`np.ndarray`): ``(26,)`` or ``(B, 26)`` counts of unique word-initial tokens by first
@@ -45,39 +46,80 @@ def wip_key_null_sf(counts: np.ndarray, num_letters: int | np.ndarray, x: int | 
     # Only sums below x matter: P(X' >= x) = 1 - #{subsets with sum < x} / C(26, |L|), and every
     # count is an integer below 2**53, so the subtraction is exact.
     widths = np.minimum(np.maximum(x, 0), counts.sum(1) + 1)
-    order = np.argsort(widths, kind="stable")  # similar widths together: little padding
-    out = np.empty(batch)
+    total = np.array([math.comb(26, int(k)) for k in letters], dtype=np.float64)
+    below = np.zeros(batch, dtype=np.int64)
     start = 0
-    while start < batch:
-        stop = start + 1
-        while stop < batch and (stop + 1 - start) * 27 * (2 * int(widths[order[stop]]) + 1) <= _DP_BUDGET:
+    while start < batch:  # consecutive texts while their histograms fit the budget (one text at least)
+        stop, size = start + 1, _tail_size(int(widths[start]))
+        while stop < batch and size + _tail_size(int(widths[stop])) <= _TAIL_BUDGET:
+            size += _tail_size(int(widths[stop]))
             stop += 1
-        rows = order[start:stop]
-        out[rows] = _key_null_tails(counts[rows], letters[rows], widths[rows])
+        below[start:stop] = _count_below(counts[start:stop], letters[start:stop], widths[start:stop])
         start = stop
+    out = (total - below) / total
     return float(out[0]) if single else out
 
 
-_DP_BUDGET = 1 << 22
+#: The most integers one step of :func:`wip_key_null_sf` holds (texts are taken a few at a time under it).
+_TAIL_BUDGET = 1 << 22
+_HALF = 13  # the 26 letters as two halves of 13: 8,192 subsets each
+_HALF_SIZES = np.array([bin(i).count("1") for i in range(1 << _HALF)], dtype=np.int64)  # letters in subset i
+_HALF_COMBS = np.bincount(_HALF_SIZES)  # C(13, k): subsets of one half with k letters
 
 
-def _key_null_tails(counts: np.ndarray, letters: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``P(X' >= x)`` per text, for ``0 <= x <= n + 1``."""
-    total = np.array([math.comb(26, int(k)) for k in letters], dtype=np.float64)
-    width = int(x.max())
-    if width == 0:
-        return np.ones(len(counts))
-    below = np.where(np.arange(width)[None, :] < x[:, None], _subset_sums(counts, letters, width), 0.0).sum(1)
-    return (total - below) / total
+def _tail_size(width: int) -> int:
+    """Integers :func:`_count_below` holds for a text with threshold ``width`` (at most)."""
+    return 6 * (1 << _HALF) + (_HALF + 1) * (width + 1)
 
 
-def _subset_sums(counts: np.ndarray, letters: np.ndarray, width: int) -> np.ndarray:
+def _half_sums(counts: np.ndarray) -> np.ndarray:
+    """``(B, 8192)`` sums of every subset of 13 letters; bit ``j`` of the column says letter ``j`` is in it."""
+    sums = np.zeros((len(counts), 1 << counts.shape[1]), dtype=np.int64)
+    for j in range(counts.shape[1]):
+        np.add(sums[:, :1 << j], counts[:, j:j + 1], out=sums[:, 1 << j:2 << j])
+    return sums
+
+
+def _count_below(counts: np.ndarray, letters: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``#{letters[b]-subsets of the 26 letters whose counts sum below x[b]}`` per text, for
+    ``0 <= x <= n + 1``, exactly (integers).
+
+    Meet in the middle: every key is a subset of one half of the letters (``k`` letters, sum ``a``) joined
+    with a subset of the other (``|L| - k`` letters); a cumulative histogram of the second half's sums per
+    size counts the partners below ``x - a`` of all 8,192 first-half subsets at once. That is
+    ``O(2**13 + 14 x)`` a text, where the 26-step knapsack (:func:`_subset_sums`, still used for many
+    thresholds at once) takes ``O(26 |L| x)``. Any split counts every key; the 13 smallest counts make the
+    histogram, whose sums then stop soonest.
+    """
+    counts = np.sort(counts, axis=1)
+    low, high = _half_sums(counts[:, _HALF:]), _half_sums(counts[:, :_HALF])
+    width = np.minimum(x, counts[:, :_HALF].sum(1) + 1)  # thresholds t that matter: no sum reaches t >= width
+    seg = width + 1  # one segment of bins 0..width per (text, subset size); sums >= width share the last
+    base = np.concatenate([[0], np.cumsum((_HALF + 1) * seg)[:-1]]) + 1  # bin 0 stays empty
+    np.minimum(high, width[:, None], out=high)
+    high += (base[:, None] + np.arange(_HALF + 1) * seg[:, None])[:, _HALF_SIZES]
+    cum = np.cumsum(np.bincount(high.ravel(), minlength=int(base[-1] + (_HALF + 1) * seg[-1])))
+    # a k-letter subset of the first half pairs with (|L| - k)-letter ones: their segment's start, the empty
+    # bin 0 standing in for sizes that cannot pair
+    need = letters[:, None] - np.arange(_HALF + 1)
+    valid = (need >= 0) & (need <= _HALF)
+    start = np.where(valid, base[:, None] + np.clip(need, 0, _HALF) * seg[:, None], 1)
+    # partners summing below t = clip(x - a, 0, width): cum[start + t - 1] - cum[start - 1]
+    np.clip(low, (x - width)[:, None], x[:, None], out=low)
+    reach = (start - 1 + x[:, None])[:, _HALF_SIZES] - low
+    if not valid.all():
+        reach[~valid[:, _HALF_SIZES]] = 0
+    return cum[reach].sum(1) - (cum[start - 1] * _HALF_COMBS).sum(1)
+
+
+def _subset_sums(counts: np.ndarray, letters: np.ndarray, width: int, dtype: type = np.float64) -> np.ndarray:
     """``(B, width)``: the number of ``letters[b]``-subsets of the 26 letters whose counts sum to
-    ``s``, for ``s < width`` (a 26-step knapsack, exact in float64 below 2**53)."""
+    ``s``, for ``s < width`` (a 26-step knapsack, exact in float64 below 2**53; ``dtype=np.float32`` is
+    exact too, and twice as fast, as long as no count exceeds 2**24, e.g. ``C(26, 13)`` = 10,400,600)."""
     pad = max(min(int(counts.max()), width), 1)
     # ways[b, l, pad + s]: l-letter subsets of the letters seen so far whose counts sum to s < width;
     # the left padding of zeros lets every text shift by its own count through one window view
-    ways = np.zeros((len(counts), int(letters.max()) + 1, pad + width))
+    ways = np.zeros((len(counts), int(letters.max()) + 1, pad + width), dtype=dtype)
     ways[:, 0, pad] = 1.0
     rows = np.arange(len(counts))
     for c in np.minimum(counts, pad).T:  # a count >= width moves every sum past the window

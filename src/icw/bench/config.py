@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..argtypes import non_negative_int, positive_float, positive_int
 from ..keys import FAMILIES
 from ..rewriting import ATTACK_FILE
 from .backends import BACKENDS
@@ -103,10 +104,11 @@ class TaskConfig:
             raise ValueError("--families needs at least one of " + ", ".join(FAMILIES))
         if self.mode not in ("instruction", "bias"):
             raise ValueError(f"--mode must be 'instruction' or 'bias', got {self.mode!r}")
-        if self.max_new_tokens < 1:
-            raise ValueError("--max-new-tokens must be at least 1")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("--limit must be at least 1")
+        for option, value, domain in (("--version", self.version, positive_int), ("--limit", self.limit, positive_int),
+                                      ("--max-new-tokens", self.max_new_tokens, positive_int),
+                                      ("--delta", self.delta, positive_float),
+                                      ("--key-seed-offset", self.key_seed_offset, non_negative_int)):
+            domain.require(value, option)
 
 
 @dataclass
@@ -142,6 +144,9 @@ class BackendConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        positive_int.require(self.batch_size, "--batch-size")
+        positive_int.require(self.concurrency, "--concurrency")
+        non_negative_int.require(self.seed, "--seed")
 
 
 @dataclass
@@ -183,6 +188,7 @@ class ExtrasConfig:
     def __post_init__(self) -> None:
         self.attacks = [self.attacks] if isinstance(self.attacks, str) else list(self.attacks)
         self.ppl_models = [self.ppl_models] if isinstance(self.ppl_models, str) else list(self.ppl_models)
+        positive_int.require(self.paraphrase_rounds, "--paraphrase-rounds")
         if self.judge_url and not self.judge_model:
             raise ValueError("--judge-url needs --judge-model")
         if ("adaptive" in self.attacks) != bool(self.attack_adapter):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..argtypes import non_negative_int, open_unit, positive_int
 from ..citation import BIBTEX
 from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES, TEST_SEED_START, TRAIN_SEED_START, ICWKey, check_family
@@ -463,13 +464,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = b.add_mutually_exclusive_group()
     src.add_argument("--questions", help=helps["questions"])
     src.add_argument("--lfqa", action="store_true", help=helps["lfqa"])
-    b.add_argument("--num-test", type=int, help=helps["num_test"])
-    b.add_argument("--num-train", type=int, help=helps["num_train"])
+    b.add_argument("--num-test", type=positive_int, help=helps["num_test"])
+    b.add_argument("--num-train", type=non_negative_int, help=helps["num_train"])
     b.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES, help=helps["families"])
     b.add_argument("--tokenizer", default="qwen3", help=helps["tokenizer"])
-    b.add_argument("--pool-size", type=int, help=helps["pool_size"])
-    b.add_argument("--gamma", type=float, default=0.2, help=helps["gamma"])
-    b.add_argument("--shuffle-seed", type=int, default=0, help=helps["shuffle_seed"])
+    b.add_argument("--pool-size", type=positive_int, help=helps["pool_size"])
+    b.add_argument("--gamma", type=open_unit, default=0.2, help=helps["gamma"])
+    b.add_argument("--shuffle-seed", type=non_negative_int, default=0, help=helps["shuffle_seed"])
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_cli_build)
 

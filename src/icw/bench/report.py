@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..argtypes import open_unit, positive_int
 from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES
 from .quality import JUDGE_DIMENSIONS
@@ -424,7 +425,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables (paper Tables 2-3), ROC/z-histogram PNGs and results.json of a run",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", help="the --out folder of `icw bench run`")
-    p.add_argument("--num-bootstrap", type=int, default=1000, help="bootstrap replicates for the intervals")
+    p.add_argument("--num-bootstrap", type=positive_int, default=1000, help="bootstrap replicates for the intervals")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level of the verdict-based TPR/FPR")
+    p.add_argument("--alpha", type=open_unit, default=0.01, help="significance level of the verdict-based TPR/FPR")
     p.set_defaults(func=_report_command)

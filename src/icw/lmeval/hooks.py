@@ -22,7 +22,10 @@ and the aggregations report, over the task's documents:
 * ``detection_rate`` / ``false_positive_rate``: fraction of instructed / plain answers whose
   exact p-value is below alpha = 0.01 (the verifier's verdict);
 * ``roc_auc`` and ``tpr_at_fpr`` (TPR at 1% FPR): instructed vs plain answers ranked by z,
-  through :func:`icw.detection.detection_report`.
+  through :func:`icw.detection.detection_report`. ``tpr_at_fpr`` is NaN (not estimable) with fewer
+  plain answers than ``icw bench report`` requires
+  (:data:`icw.bench.report.MIN_NEGATIVES_FOR_TPR_AT_1FPR`): below that, the 1% point of the plain
+  answers is the largest of them, and the TPR read there says nothing about a 1% false-positive rate.
 """
 
 from __future__ import annotations
@@ -193,11 +196,16 @@ def roc_auc(items: list[list[Any]]) -> float:
 
 
 def tpr_at_fpr(items: list[list[Any]]) -> float:
-    """TPR of instructed answers at 1% FPR of plain answers (z threshold).
+    """TPR of instructed answers at 1% FPR of plain answers (z threshold); NaN (not estimable) with fewer
+    plain answers than ``icw bench report`` requires, so both tools say the same.
 
     Args:
         items (`list[list]`): one ``[is_positive, z, p_value, verdict]`` per answer, as
             :func:`process_results` makes them.
     """
+    from icw.bench.report import MIN_NEGATIVES_FOR_TPR_AT_1FPR
+
+    if len(_values(items, False, 1)) < MIN_NEGATIVES_FOR_TPR_AT_1FPR:
+        return math.nan
     report = _detection(items)
     return report.tpr_at_fpr if report else math.nan

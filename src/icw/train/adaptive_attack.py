@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..argtypes import non_negative_float, open_unit, positive_int
 from ..keys import FAMILIES, as_key, check_family
 from ..rewriting import ATTACK_FILE, PARAPHRASE_PROMPT, semantic_utility
 from ..verification import verify
@@ -166,6 +167,10 @@ class AdaptiveAttackArguments:
         if not self.positives:
             raise ValueError("set --positives to an `icw bench run` folder with watermarked positives")
         self.families = [check_family(f) for f in self.families]
+        positive_int.require(self.max_samples, "--max_samples")
+        open_unit.require(self.alpha, "--alpha")
+        for name in ("utility_weight", "evasion_bonus", "z_penalty"):  # 0 switches the term off
+            non_negative_float.require(getattr(self, name), f"--{name}")
 
 
 def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:

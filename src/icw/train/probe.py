@@ -390,25 +390,34 @@ def probe_rows(dataset_name: str, family: str, num_rows: int, seed: int = 0) -> 
     return [dict(r) for r in ds.select(range(min(num_rows, len(ds))))]
 
 
+def make_parser() -> Any:
+    """The ``icw train probe`` parser (``argparse``; a bad option ends in one ``icw: error:`` line)."""
+    import argparse
+
+    from ..argtypes import one_line_error, positive_int
+
+    parser = argparse.ArgumentParser(prog="icw train probe", description=__doc__.split("\n\n")[0])
+    parser.error = lambda message: one_line_error(parser, message)  # type: ignore[method-assign]
+    parser.add_argument("--model", required=True, help="model under test: smollm2, a folder (full or LoRA adapter)")
+    parser.add_argument("--base_model", default="smollm2", help="frozen reference that sees the query alone")
+    parser.add_argument("--dataset_name", required=True, help="held-out D_cs rows (a folder written by synthesize)")
+    parser.add_argument("--family", default="wip", choices=["wip", "tsp", "sa"])
+    parser.add_argument("--num_rows", type=positive_int, default=32)
+    parser.add_argument("--max_response_tokens", type=positive_int, default=256)
+    parser.add_argument("--batch_size", type=positive_int, default=4)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--output", default=None, help="write the report as JSON here")
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> KeySwapProbeReport:
     """``icw train probe``: run the probe on a model and held-out D_cs rows, print the table."""
-    import argparse
     import json
     from pathlib import Path
 
     from ..models import load_model
 
-    parser = argparse.ArgumentParser(prog="icw train probe", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="model under test: smollm2, a folder (full or LoRA adapter)")
-    parser.add_argument("--base_model", default="smollm2", help="frozen reference that sees the query alone")
-    parser.add_argument("--dataset_name", required=True, help="held-out D_cs rows (a folder written by synthesize)")
-    parser.add_argument("--family", default="wip", choices=["wip", "tsp", "sa"])
-    parser.add_argument("--num_rows", type=int, default=32)
-    parser.add_argument("--max_response_tokens", type=int, default=256)
-    parser.add_argument("--batch_size", type=int, default=4)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--output", default=None, help="write the report as JSON here")
-    args = parser.parse_args(None if argv is None else list(argv))
+    args = make_parser().parse_args(None if argv is None else list(argv))
     if args.num_rows < 2:
         raise ValueError("--num_rows must be at least 2 (the standard error needs two rows)")
     if not Path(args.dataset_name).exists():

@@ -8,6 +8,7 @@ from typing import Any
 from transformers import TrainingArguments
 from transformers import __version__ as transformers_version
 
+from ..argtypes import non_negative_int, positive_float, positive_int
 from ..keys import FAMILIES
 from .hparams import SDLP_TRAINING, TRAIN_DELTA, TRAIN_TOP_K
 
@@ -184,6 +185,13 @@ class SDLPConfig(TrainingArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for domain, names in ((positive_int, ("per_device_train_batch_size", "max_response_length", "max_prompt_length",
+                                              "loss_chunk_size", "on_policy_max_new_tokens")),
+                              (non_negative_int, ("top_k_tsp", "top_k_wip", "top_k_sa")),  # 0: the full vocabulary
+                              (positive_float, ("num_train_epochs", "learning_rate", "logging_steps", "delta_tsp",
+                                                "delta_wip", "delta_sa", "on_policy_temperature"))):
+            for name in names:
+                domain.require(getattr(self, name), f"--{name}")
         if not 0.0 <= self.lmbda <= 1.0:
             raise ValueError(f"lmbda is a fraction of batches: it must lie in [0, 1], got {self.lmbda}")
         if self.relabel_copies < 1:

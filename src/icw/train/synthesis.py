@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..argtypes import fraction, non_negative_int, open_unit, positive_float, positive_int
 from ..generation import generate_responses
 from ..jsonl import JSONLError, append_jsonl, iter_jsonl
 from ..keys import DEFAULT_DELTA, FAMILIES, TRAIN_SEED_START, ICWKey
@@ -135,6 +136,14 @@ class SynthesisConfig:
     dtype: str | None = field(default=None, metadata={"help": "Model dtype (e.g. bfloat16); default: the checkpoint's."})
     device: str | None = field(default=None, metadata={"help": "Device (cpu, cuda); default: cuda when available."})
     perplexity: bool = field(default=True, metadata={"help": "Also compute each answer's perplexity under the base model."})
+
+    def __post_init__(self) -> None:
+        for domain, names in ((non_negative_int, ("num_h1", "num_h0", "seed_offset", "key_seed", "seed")),
+                              (positive_int, ("pool_size", "num_letters", "sa_lengths", "max_new_tokens", "batch_size")),
+                              (open_unit, ("gammas",)), (fraction, ("top_p",)),
+                              (positive_float, ("delta_tsp", "delta_wip", "delta_sa", "temperature"))):
+            for name in names:
+                domain.require(getattr(self, name), f"--{name}")
 
     def delta(self, family: str) -> float:
         return float(getattr(self, f"delta_{family}"))
