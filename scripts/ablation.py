@@ -76,7 +76,7 @@ class Size:
 
 
 SIZES = {
-    # planned for ~25 minutes on one H100 (see docs/training-transfer.md for the estimate); run it
+    # planned for ~25 minutes on one H100 (see docs/experiments/ablation-table.md for the estimate); run it
     # in several device commands: cells resume
     "gpu": Size(),
     # reduced: minutes on an idle CPU, much longer on a loaded one

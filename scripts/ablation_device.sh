@@ -15,7 +15,7 @@
 #                                                     # training, CURVE_EVAL_SECONDS (150) is the time left to evaluate)
 #   or        scripts/ablation_device.sh run          # the same carry; the ablation table (resumable, ~25 min)
 #
-# A later session carries the D_cs and cells that came back (runs/gpu-<family>/dcs and /cells, a few MB
+# A later curve call carries the D_cs and cells that came back (runs/gpu-<family>/dcs and /cells, a few MB
 # each, beside the curve call's carry) and skips the synthesis, ~200 s of device time; for a joint run,
 #   here:     scripts/ablation_device.sh seed runs/gpu-sa runs/gpu-wip+sa   # then carry runs/gpu-wip+sa
 # puts SA's rows and dose cell into the joint folder, whose synthesis then makes only WIP's rows.
@@ -100,7 +100,7 @@ sa sa-full-orig --relabel_copies 0"}
     echo "wall seconds this call: $(( $(date +%s) - start ))"
     grep -h -E "^transfer_curve: (step|training)|Error|Traceback" runs/*.log | cut -c1-300 || true
     if [ -n "${OUT:-}" ]; then
-      # D_cs comes back whole (a few MB: carried to the next session with its cells, it skips the synthesis),
+      # D_cs comes back whole (a few MB: carried to the next curve call with its cells, it skips the synthesis),
       # and so does the newest complete checkpoint (trainer_state.json is written last) of a LoRA run (~4 MB
       # at r 16; full weights, 540 MB, cannot travel)
       adapters=$(for run in runs/gpu-*/models/*/; do

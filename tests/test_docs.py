@@ -1,4 +1,4 @@
-"""The README and docs/*.md as tests: every Python block runs, every shell command works as printed.
+"""The README and docs/**/*.md as tests: every Python block runs, every shell command works as printed.
 
 Per file, its blocks run in document order in one temporary working directory (a `.venv` link
 to the checkout's), so a block can use what an earlier one made (a dataset built by
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks" / "README.md"]
 NO_TEST = "<!-- no-test -->"
 SHELL = ("bash", "sh", "shell", "console")
 #: Programs of the set-up environment: printed as `.venv/bin/NAME`, never bare (a fresh shell lacks them).

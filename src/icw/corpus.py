@@ -12,6 +12,8 @@ and the command's summary line instead of being repeated per row.
 With ``--executor local`` the same command runs :func:`icw.integrations.datatrove.detect_files`
 instead: a datatrove pipeline over the input files on a ``LocalPipelineExecutor``, resumable task by
 task; for a cluster, the same steps go on datatrove's Slurm or Ray executors (docs/corpus-detection.md).
+The command line's options and its choice between the two live in :mod:`icw.cli_corpus`; this module
+never imports the datatrove steps (they import it).
 
 Example:
     >>> from icw.corpus import detect_dataset
@@ -201,54 +203,3 @@ def detect_dataset(source: str, key: ICWKey | str, column: str = "text", *, id_c
     flagged = int(sum(results["is_watermarked"]))
     return CorpusResult(str(out_path), len(results), flagged, seconds, meta["statistic"], meta["null_hypothesis"],
                         meta["p_value_method"])
-
-
-def add_arguments(parser: Any) -> None:
-    """The ``icw detect`` options for a corpus (``--dataset`` switches to :func:`detect_dataset`).
-
-    Args:
-        parser (`argparse.ArgumentParser`): the ``icw detect`` parser to extend.
-    """
-    group = parser.add_argument_group("corpus detection (a datasets dataset or parquet/JSON Lines files)")
-    group.add_argument("--dataset", metavar="NAME_OR_PATH",
-                       help="verify a column of parquet/JSON Lines file(s), a save_to_disk folder or a Hub dataset; "
-                            "results go to parquet next to the input (see --output)")
-    group.add_argument("--column", default="text", help="text column (default: text)")
-    group.add_argument("--id-column", help="column identifying each row in the results (default: id when present, "
-                                           "else the row number)")
-    group.add_argument("--num-proc", type=int, default=1, metavar="N", help="worker processes (default: 1)")
-    group.add_argument("--batch-size", type=int, default=256, metavar="N", help="texts per verify call (default: 256)")
-    group.add_argument("--split", default="train", help="split of a Hub dataset (default: train)")
-    group.add_argument("--output", metavar="PATH", help="results parquet (default: <input>.icw-detect.parquet); "
-                                                         "with --executor, a folder (default: <input>.icw-detect/)")
-    group.add_argument("--executor", choices=["local"],
-                       help="run as a datatrove pipeline on a LocalPipelineExecutor (pip install 'icw[datatrove]'): "
-                            "the input files are shared out among --tasks tasks, --num-proc at a time, and a rerun "
-                            "resumes, skipping the tasks that finished")
-    group.add_argument("--tasks", type=int, metavar="N", help="datatrove tasks (default: --num-proc)")
-    group.add_argument("--logging-dir", metavar="DIR", help="datatrove's logging folder, which records finished tasks "
-                                                            "(default: <output>.logs)")
-
-
-def run_from_args(args: Any) -> None:
-    """``icw detect --dataset ...``: detect, write the parquet, print one JSON summary line."""
-    if args.files:
-        raise ValueError("pass either text files or --dataset, not both")
-    common = {"id_column": args.id_column, "tokenizer": args.tokenizer, "batch_size": args.batch_size,
-              "alpha": args.alpha, "max_chars": args.max_chars, "output": args.output}
-    if args.executor == "local":
-        try:
-            from .integrations.datatrove import detect_files
-        except ImportError as err:  # the optional extra: its one-line message says what to install
-            raise ValueError(str(err)) from None
-        got = detect_files(args.dataset, ICWKey.from_string(args.key), args.column, tasks=args.tasks or args.num_proc,
-                           workers=args.num_proc, logging_dir=args.logging_dir, **common)
-    elif args.tasks is not None or args.logging_dir is not None:
-        raise ValueError("--tasks and --logging-dir configure datatrove: add --executor local")
-    else:
-        got = detect_dataset(args.dataset, ICWKey.from_string(args.key), args.column, num_proc=args.num_proc,
-                             split=args.split, **common)
-    print(json.dumps({"output": got.path, "num_texts": got.num_texts, "num_watermarked": got.num_watermarked,
-                      "alpha": args.alpha, "texts_per_second": round(got.texts_per_second, 1),
-                      "statistic": got.statistic, "null_hypothesis": got.null_hypothesis,
-                      "p_value_method": got.p_value_method}))
