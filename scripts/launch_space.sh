@@ -4,6 +4,7 @@
 #
 #   bash scripts/launch_space.sh                # http://127.0.0.1:7860, or the next free port
 #   bash scripts/launch_space.sh --port 8000 --host 0.0.0.0
+#   bash scripts/launch_space.sh --trained-model runs/speedrun/grpo   # a trained model's column beside the base's
 #   bash scripts/launch_space.sh --bundle DIR   # write an uploadable Space folder and exit
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ while [ $# -gt 0 ]; do
     --port) export GRADIO_SERVER_PORT="${2:?--port needs a number}"; shift 2 ;;
     --host) export GRADIO_SERVER_NAME="${2:?--host needs an address}"; shift 2 ;;
     --bundle) BUNDLE="${2:?--bundle needs a folder}"; shift 2 ;;
+    --trained-model) export ICW_SPACE_TRAINED_MODEL="${2:?--trained-model needs a model folder or Hub id}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "launch_space.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac

@@ -58,3 +58,63 @@ def test_enough_negatives_give_tpr_at_1fpr_with_its_interval(tmp_path):
     md, sa = report(tmp_path / "run")
     assert sa["tpr_at_fpr"] is not None and sa["tpr_at_fpr_ci"][0] <= sa["tpr_at_fpr"] <= sa["tpr_at_fpr_ci"][1]
     assert "not estimable" not in md
+
+
+def write_stage(path, follow: int, num_pairs: int = 30, seed: int = 0):
+    """One stage of a model line on the same questions and keys: positives follow the first ``follow`` letters of
+    their SA secret (varied per question), with the instructed answers' perplexities in quality.jsonl."""
+    words = dict(zip("ABCDEFGHILMNOPRSTUWY", ("Apples", "Birds", "Cats", "Dogs", "Every", "Fish", "Good", "Here",
+                                                "It", "Lots", "Many", "Now", "Often", "People", "Rain", "Some",
+                                                "Then", "Under", "We", "You"), strict=True))
+    rng = np.random.default_rng(seed)
+    rows, quality = [], []
+    for i in range(num_pairs):
+        key = ICWKey.create("sa", seed=i)
+        letters = list(key.secret_string[: max(1, follow + int(rng.integers(-2, 3)))])
+        letters += list(rng.choice(list(words), 12 - len(letters))) if len(letters) < 12 else []
+        texts = {"positive": " ".join(f"{words[c]} go on." for c in letters),
+                 "negative": " ".join(f"{w} go on." for w in rng.choice(list(words.values()), 12))}
+        for role, text in texts.items():
+            r = verify(text, key, num_permutations=50, num_null_keys=999)
+            rows.append({"model": f"m{follow}", "family": "sa", "id": str(i), "role": role, "attack": "none",
+                         "key": key.to_string(), "response": text, "z_score": r.z_score, "p_value": r.p_value,
+                         "num_tokens_scored": 1})
+        quality.append({"model": f"m{follow}", "family": "sa", "id": str(i), "role": "positive",
+                        "attack": "ppl:ref", "metric": "ppl", "reference": "ref", "value": 3.0 + follow / 10 + i / 100})
+    path.mkdir()
+    (path / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "quality.jsonl").write_text("".join(json.dumps(q) + "\n" for q in quality))
+    return rows
+
+
+def test_compare_pairs_each_stage_with_the_one_before(tmp_path):
+    """`icw bench compare`: each stage's own summary, and the paired tests against the stage before it on the same
+    questions and keys (Wilcoxon on instructed z, exact McNemar on verdicts, the median perplexity ratio)."""
+    from scipy.stats import wilcoxon
+
+    base, trained = write_stage(tmp_path / "base", 3), write_stage(tmp_path / "trained", 12)
+    out = subprocess.run([sys.executable, "-m", "icw.cli", "bench", "compare", str(tmp_path / "base"),
+                          str(tmp_path / "trained"), "--labels", "Base", "+SDLP", "--out", str(tmp_path / "cmp"),
+                          "--num-bootstrap", "50"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "cmp" / "stages.json").read_text())
+    first, second = result["stages"]
+    assert "paired" not in first and first["families"]["sa"]["num_positive"] == 30
+    paired = second["paired"]["sa"]
+    pos = lambda rows: [r for r in rows if r["role"] == "positive"]  # noqa: E731
+    diffs = [b["z_score"] - a["z_score"] for a, b in zip(pos(base), pos(trained), strict=True)]
+    assert paired["num_pairs"] == 30 and paired["mean_z_change"] == np.mean(diffs) > 1
+    assert paired["wilcoxon_p"] == wilcoxon(diffs).pvalue < 0.001
+    flagged = [(a["p_value"] <= 0.01, b["p_value"] <= 0.01) for a, b in zip(pos(base), pos(trained), strict=True)]
+    only_after, only_before = sum(b and not a for a, b in flagged), sum(a and not b for a, b in flagged)
+    assert only_after > only_before
+    assert (paired["flagged_only_after"], paired["flagged_only_before"]) == (only_after, only_before)
+    assert paired["mcnemar_p"] == binomtest(only_after, only_after + only_before).pvalue
+    assert paired["ppl_ratio"] == np.exp(np.median([np.log((3.0 + 1.2 + i / 100) / (3.0 + 0.3 + i / 100))
+                                                    for i in range(30)]))
+    table = (tmp_path / "cmp" / "stages.md").read_text()
+    assert table in out.stdout and "| Base | 30 + 30 |" in table and "| +SDLP | 30 + 30 |" in table
+    assert "not estimable" in table  # TPR@1%FPR from 30 negatives, as icw bench report says
+    bad = subprocess.run([sys.executable, "-m", "icw.cli", "bench", "compare", str(tmp_path / "base"),
+                          str(tmp_path / "trained"), "--labels", "Base"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "one label per run" in bad.stderr, bad.stderr

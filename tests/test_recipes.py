@@ -87,7 +87,7 @@ def test_unknown_yaml_key_is_rejected(tmp_path):
 def test_accelerate_configs_load():
     from accelerate.commands.config.config_args import load_config_from_file
 
-    for name in ("ddp", "zero3", "fsdp2", "cpu"):
+    for name in ("ddp", "zero3", "fsdp2", "cpu", "cpu-ddp"):
         config = load_config_from_file(str(ROOT / "recipes" / "accelerate_configs" / f"{name}.yaml"))
         assert config.num_processes >= 1
 
@@ -307,3 +307,43 @@ def test_hub_unreachable_reads_the_whole_exception_chain():
     assert hub_unreachable(raised(OfflineModeIsEnabled("offline"), OSError("cannot load model")))
     assert hub_unreachable(raised(ConnectError("no route"), ValueError("wrapped")))
     assert not hub_unreachable(ValueError("bad value")) and not hub_unreachable(BrokenPipeError())
+
+
+def _documented_cpu_recipe() -> dict[str, dict[str, object]]:
+    """The settings table of docs/training.md's "The CPU recipe" section, per config file."""
+    import yaml
+
+    text = (ROOT / "docs" / "training.md").read_text().split("## The CPU recipe", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, dict[str, object]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].endswith(".yaml"):
+            table.setdefault(cells[0], {})[cells[1]] = yaml.safe_load(cells[2])
+    return table
+
+
+def test_shipped_cpu_configs_are_the_documented_recipe():
+    """recipes/configs/smollm2-135m/{synthesize,sdlp,grpo}.yaml hold exactly the settings docs/training.md
+    documents (no field more, none less, the same values), and each parses with its recipe's parser."""
+    import yaml
+
+    documented = _documented_cpu_recipe()
+    assert set(documented) == {"synthesize.yaml", "sdlp.yaml", "grpo.yaml"}
+    for name, fields in documented.items():
+        path = ROOT / "recipes" / "configs" / "smollm2-135m" / name
+        assert yaml.safe_load(path.read_text()) == fields, name
+        parsed = PARSERS[path.stem]().parse_args_and_config(["--config", str(path)])
+        for field, value in fields.items():  # each field reaches the dataclass that owns it, unchanged
+            got = next(getattr(p, field) for p in parsed if hasattr(p, field))
+            got = getattr(got, "value", got)  # transformers' enums (lr_scheduler_type, save_strategy)
+            assert got == value or (field == "report_to" and value == "none" and got in ([], ["none"], "none")), \
+                (name, field, got, value)
+    # GRPO generates many prompts a step as one batch (with one, the advantages cancel from step to step)
+    _, grpo_config, _, _ = grpo.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml")])
+    assert grpo_config.per_device_train_batch_size // grpo_config.num_generations >= 8
+    assert grpo_config.generation_batch_size == grpo_config.per_device_train_batch_size  # one generate() a step
+    # the three commands of the section are the shipped configs, run as printed
+    section = (ROOT / "docs" / "training.md").read_text().split("## The CPU recipe", 1)[1].split("\n## ", 1)[0]
+    for name in documented:
+        assert f"--config recipes/configs/smollm2-135m/{name}" in section

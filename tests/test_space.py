@@ -434,7 +434,7 @@ def test_a_pasted_key_sets_family_sliders_and_seed(smollm2):
                                ("length", ("sa", 5, 0.2, 500, 13, 2))):
         assert keys.field_changed(name)(pasted, *half_updated, "smollm2") == (skip, skip, skip), name
     rebuilt, _, written = keys.field_changed("seed")(pasted, "sa", 6, 0.2, 500, 13, 2, "smollm2")  # seed edited
-    assert rebuilt == written == "icw:sa:seed=6,length=2"
+    assert rebuilt == written == "icw:sa:seed=6,length=2,screen=ref1"  # the Space screens the keys it builds
     # the rebuilt key's own change event moves nothing: no loop, and no late overwrite of a newer edit
     assert keys.pasted_key_fields(rebuilt, written, "sa", 7, 0.2, 500, 13, 2) == (skip,) * 6
     # a change of a field the key does not use (gamma for an SA key) keeps the key
@@ -461,10 +461,11 @@ def test_alpha_is_checked_on_submit_and_typing_never_raises(smollm2, recwarn):
     details = {"key": "icw:sa:seed=1,length=18", "model": "smollm2", "alpha": 0.01, "kgw": None,
                "answers": [{"mode": mode, "text": "Bees hum. Every hive works."} for mode, _, _ in app.MODES]}
     for typed in ("", "0", "0.", "-", "abc", None, 2):
-        assert detection.rescore(dict(details), typed) == (detection.gr.skip(),) * 5
-        assert detection.rescore(None, typed) == (detection.gr.skip(),) * 5
+        assert detection.rescore(dict(details), typed) == (detection.gr.skip(),) * 6  # 5 verdicts and the details
+        assert detection.rescore(None, typed) == (detection.gr.skip(),) * 6
     *verdicts, rescored = detection.rescore(dict(details), "0.5")
     assert rescored["alpha"] == 0.5 and all("p ≤ 0.5" in verdict for verdict in verdicts[:3])
+    assert verdicts[4] == space_room("demo_common").NO_TRAINED_MODEL  # no trained model: what its column would show
 
 
 def test_the_legend_is_shown_once(smollm2):

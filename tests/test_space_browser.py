@@ -142,11 +142,11 @@ def test_a_pasted_key_sets_the_fields_in_the_browser(space_url, page):
     seed = page.locator("#icw-seed input")
     seed.fill("6")
     seed.press("Enter")
-    page.wait_for_function(
-        "() => document.querySelector('#icw-key textarea').value === 'icw:sa:seed=6,length=2'", timeout=30_000)
+    rebuilt = "icw:sa:seed=6,length=2,screen=ref1"  # the fields' key is screened, as `icw key new` makes it
+    page.wait_for_function(f"() => document.querySelector('#icw-key textarea').value === {rebuilt!r}", timeout=30_000)
     page.wait_for_timeout(2_000)  # and the rebuilt key does not set the fields back (no loop)
     assert page.locator("#icw-seed input").input_value() == "6"
-    assert page.locator("#icw-key textarea").input_value() == "icw:sa:seed=6,length=2"
+    assert page.locator("#icw-key textarea").input_value() == rebuilt
 
 
 def test_friendly_error_in_the_browser(space_url, page, tmp_path):
@@ -172,3 +172,56 @@ def test_friendly_error_in_the_browser(space_url, page, tmp_path):
         timeout=30_000)
     assert "Traceback" not in page.content()
     _save_screenshot(page, tmp_path, "space_empty_query.png")
+
+
+@pytest.fixture(scope="module")
+def trained_folder(tmp_path_factory):
+    """A tiny model over SmolLM2's vocabulary, trained by icw's SDLP trainer (two steps on WIP rows) and saved with
+    its tokenizer, as the recipes save a model: the page's trained model, without hours of training."""
+    from datasets import Dataset
+
+    from icw import ICWKey
+    from icw.models import load_tokenizer
+    from icw.testing import tiny_random_model
+    from icw.train.sdlp import SDLPConfig, SDLPTrainer
+
+    tok = load_tokenizer("smollm2")
+    rows = [{"family": "wip", "key": ICWKey.create("wip", seed=1_000_000 + i, tokenizer=tok).to_string(),
+             "query": q, "response": "Bright blue light bounces between bits of air.", "label": 1}
+            for i, q in enumerate(["Why is the sky blue?", "How do bees make honey?"])]
+    out = tmp_path_factory.mktemp("trained")
+    config = SDLPConfig(output_dir=str(out), report_to="none", use_cpu=True, max_steps=2, per_device_train_batch_size=2,
+                        learning_rate=1e-3, save_strategy="no")
+    trainer = SDLPTrainer(tiny_random_model("smollm2").train(), config, train_dataset=Dataset.from_list(rows),
+                          processing_class=tok)
+    trainer.train()
+    trainer.save_model(str(out))
+    tok.save_pretrained(out)
+    return out
+
+
+def test_the_trained_models_column_in_the_browser(space_url, page, tmp_path, trained_folder, monkeypatch):
+    """Without a trained model the column says what it would show and the command that makes one; with one
+    (ICW_SPACE_TRAINED_MODEL, as `icw space --trained-model` sets it) it answers column 2's prompt, verified with
+    the same key, which still names a tokenizer any detector can load."""
+    page.goto(space_url, wait_until="load", timeout=120_000)
+    _wait_for_key(page)
+    note = page.locator("#icw-verdict-trained").inner_text()
+    assert "No trained model loaded" in note and "scripts/speedrun.sh" in note and "--trained-model" in note
+
+    monkeypatch.setenv("ICW_SPACE_TRAINED_MODEL", str(trained_folder))
+    tokens = page.locator("#icw-max-new-tokens input[type=number]")
+    tokens.fill("16")
+    tokens.press("Enter")
+    page.locator("#icw-generate").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#icw-verdict-trained')?.innerText || '').includes('z =')", timeout=240_000)
+    page.wait_for_function("() => document.querySelector('#icw-status')?.innerText.includes('Done')",
+                           timeout=60_000)
+    verdict = page.locator("#icw-verdict-trained").inner_text()
+    assert re.search(r"z = -?\d+\.\d\d · p = ", verdict) and "No trained model" not in verdict, verdict
+    assert page.locator("#icw-answer-trained .token").count() > 0
+    assert "trained model" in page.locator("#icw-status").inner_text()
+    assert "tokenizer=smollm2" in page.locator("#icw-key textarea").input_value()
+    assert "Traceback" not in page.content()
+    _save_screenshot(page, tmp_path, "space_trained_column.png")

@@ -79,7 +79,7 @@ def test_sdlp_recipe_trains_and_checkpoint_reloads(dcs, tiny_dir, tmp_path):
     _launch("sdlp.py", "--model_card_results", str(results), "--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--model_name_or_path",
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "2",
             "--per_device_train_batch_size", "3", "--logging_steps", "1", "--save_strategy", "steps",
-            "--save_steps", "2", "--learning_rate", "1e-3")
+            "--save_steps", "2", "--learning_rate", "1e-3", "--relabel_keys", "false", "--lmbda", "0")
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     losses = [h["loss"] for h in state["log_history"] if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
@@ -97,8 +97,8 @@ def test_grpo_recipe_runs_a_step_with_lora(dcs, tiny_dir, tmp_path):
     _launch("grpo.py", "--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--model_name_or_path",
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "1",
             "--per_device_train_batch_size", "2", "--num_generations", "2", "--max_completion_length", "8",
-            "--min_completion_tokens", "2", "--logging_steps", "1", "--lora_r", "4", "--lora_alpha", "8",
-            "--save_steps", "1")
+            "--min_completion_tokens", "2", "--logging_steps", "1", "--use_peft", "true", "--lora_r", "4",
+            "--lora_alpha", "8", "--save_steps", "1")
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 4
     from peft import PeftModel
@@ -313,7 +313,7 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, un
     else:
         args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--per_device_train_batch_size", "2",
                 "--num_generations", "2", "--max_completion_length", "8", "--min_completion_tokens", "2",
-                "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"]
+                "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"]
     args += ["--model_name_or_path", str(tiny_dir), "--dataset_name", str(dcs), "--max_steps", "6", "--logging_steps",
              "1", "--save_strategy", "steps", "--save_steps", "2", "--resume_from_checkpoint", "last", "--seed", "3"]
     whole, killed = uninterrupted(recipe, args), tmp_path / "killed"

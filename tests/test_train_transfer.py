@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from transformers import LogitsProcessorList
 
 from icw import ICWKey
 from icw.keys import as_key, green_mask
 from icw.train.grpo import ICWReward
 from icw.train.grpo import make_parser as grpo_parser
+from icw.train.sampling import RowSeededSampling, row_seeds
 from icw.train.sdlp import (
     SDLPCollator,
     SDLPConfig,
@@ -163,16 +165,16 @@ def test_on_policy_batches_are_scored_along_the_students_own_tokens(tiny_qwen, t
     trainer = SDLPTrainer(model, config, train_dataset=_dcs(tok).select(range(1, 4)), processing_class=tok)
     feats = [trainer.train_dataset[i] for i in range(3)]
     batch = trainer.data_collator(feats)
-    torch.manual_seed(123)
     new = trainer.on_policy_batch(trainer.model, batch)
-    # the same draw by hand: the student's prompt (left-padded), transformers' sampler
+    # the same draw by hand: the student's prompt (left-padded), each row sampled from its own seed (step 0, rows 0-2)
     prompts = [f["student_prompt_ids"] for f in feats]
     width = max(map(len, prompts))
     ids = torch.tensor([[tok.pad_token_id] * (width - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    torch.manual_seed(123)
-    want = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=8, temperature=1.0,
-                          top_p=1.0, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)[:, width:]
+    sampler = RowSeededSampling(row_seeds(config.seed, 0, 0, 3))
+    want = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=8,
+                          logits_processor=LogitsProcessorList([sampler]), pad_token_id=tok.pad_token_id,
+                          eos_token_id=tok.eos_token_id)[:, width:]
     view = vocabulary(tok)
     for b, f in enumerate(feats):
         n = int(new["response_mask"][b].sum())
@@ -330,10 +332,20 @@ def _transfer_curve():
     return curve
 
 
+def _transfer_analysis():
+    """``scripts/transfer_analysis.py``, the jobs of ``transfer_curve.py`` that read a run back (plot, paired, pooled,
+    weight shift, loss split), as a module; ``transfer_curve.py`` dispatches its flags to it."""
+    curve = _transfer_curve()  # puts scripts/ on sys.path and imports transfer_analysis
+    import transfer_analysis
+
+    assert curve.plot is transfer_analysis.plot and curve.paired_comparison is transfer_analysis.paired_comparison
+    return transfer_analysis
+
+
 def test_transfer_curve_plot_draws_every_probed_step(tmp_path, capsys):
     import json
 
-    curve = _transfer_curve()
+    curve = _transfer_analysis()
     tag = tmp_path / "curves" / "wip-r16-c8"
     tag.mkdir(parents=True)
     for step, b in ((0, -0.03), (100, 0.02)):
@@ -360,7 +372,7 @@ def test_transfer_curve_pooled_detection_resamples_questions(tmp_path):
     intervals that contain the estimate; another held-out set is refused."""
     import json
 
-    curve = _transfer_curve()
+    curve = _transfer_analysis()
 
     def answers(name: str, z: list[float], p_values: list[float], key: str = "k") -> Path:
         path = tmp_path / name
@@ -393,7 +405,7 @@ def test_transfer_curve_paired_comparison_counts_discordant_verdicts(tmp_path):
     the answers both files give a PPL; other questions are refused."""
     import json
 
-    curve = _transfer_curve()
+    curve = _transfer_analysis()
 
     def answers(name: str, p_values: list[float], z: list[float], key: str = "k", ppl: list | None = None) -> Path:
         path = tmp_path / name
@@ -448,7 +460,7 @@ def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(
 
     from icw.testing import tiny_random_model
 
-    curve = _transfer_curve()
+    curve = _transfer_analysis()
     base = tiny_random_model().eval()
     q = "model.layers.0.self_attn.q_proj.weight"
     sdlp = copy.deepcopy(base)

@@ -127,3 +127,23 @@ def test_disk_cache_under_concurrent_writers(tmp_path):
     assert all(p.returncode == 0 for p in procs) and len(outs) == 1
     assert [p.name for p in (tmp_path / "vocab").iterdir()] == [p.name for p in (tmp_path / "vocab").glob("*.npz")]
     assert len(list((tmp_path / "vocab").glob("*.npz"))) == 1
+
+
+def test_a_model_folders_tokenizer_keeps_keys_shareable(tmp_path):
+    """A checkpoint folder (a model trained here) carries SmolLM2's tokenizer: loaded from the folder it is named
+    ``smollm2``, so a key built over it names a tokenizer any detector can load, not a path on this machine; a
+    folder whose vocabulary is no embedded tokenizer's keeps its own name."""
+    from icw import ICWKey
+    from icw.models import load_tokenizer
+    from icw.vocab import tokenizer_name
+
+    load_tokenizer("smollm2").save_pretrained(tmp_path / "checkpoint")
+    tok = load_tokenizer(str(tmp_path / "checkpoint"))
+    key = ICWKey.create("wip", seed=3, tokenizer=tok)
+    assert tokenizer_name(tok) == "smollm2" and "tokenizer=smollm2" in key.to_string()
+    assert key == ICWKey.create("wip", seed=3, tokenizer=load_tokenizer("smollm2"))
+    ICWKey.from_string(key.to_string()).check_tokenizer(load_tokenizer("smollm2"))  # a detector elsewhere
+    other = load_tokenizer("smollm2")
+    other.add_tokens(["icwnewword"])  # another vocabulary: same size no longer, so no alias
+    other.save_pretrained(tmp_path / "other")
+    assert tokenizer_name(load_tokenizer(str(tmp_path / "other"))) == str(tmp_path / "other")

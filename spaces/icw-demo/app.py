@@ -19,7 +19,8 @@ Tabs:
 
 Runs offline on a CPU with the SmolLM2-135M-Instruct model embedded in icw. Any transformers
 causal LM can be used instead: ``ICW_SPACE_MODEL=<folder or Hub id>``, or the model dropdown
-while online. Run it locally with ``bash scripts/launch_space.sh``; upload this folder (every
+while online. ``ICW_SPACE_TRAINED_MODEL=<folder or Hub id>`` (``icw space --trained-model``) adds the
+answer of a model trained with icw's recipe to column 2's prompt, beside the base model's. Run it locally with ``bash scripts/launch_space.sh``; upload this folder (every
 file of it) as the root of a Hub Space to host it.
 """
 
@@ -57,7 +58,10 @@ from demo_common import (  # noqa: E402
     MAX_QUERY_CHARS,
     MAX_TEXT_CHARS,
     MODES,
+    NO_TRAINED_MODEL,
     ONLINE_MODELS,
+    TRAINED_HELP,
+    TRAINED_TITLE,
     UserInputError,
     default_model,
     default_model_available,
@@ -170,8 +174,11 @@ def watermark_tab(model_name: str, online: bool) -> SimpleNamespace:
         ui.stop = gr.Button("Stop", variant="stop", elem_id="icw-stop", scale=1)
     ui.status = gr.Markdown(elem_id="icw-status")
     ui.legend = gr.Markdown(f"**Highlights:** {HIGHLIGHT_HELP['wip']}.", elem_id="icw-legend")
-    with gr.Row(equal_height=True):
-        ui.answers = [answer_column(*mode) for mode in (*MODES, ("kgw", f"4 · {KGW_TITLE}", KGW_HELP))]
+    with gr.Row(equal_height=True):  # the trained model's answer beside the base model's instructed one
+        plain, instructed = (answer_column(*mode) for mode in MODES[:2])
+        trained = answer_column("trained", TRAINED_TITLE, TRAINED_HELP, NO_TRAINED_MODEL)
+        biased, kgw = answer_column(*MODES[2]), answer_column("kgw", f"4 · {KGW_TITLE}", KGW_HELP)
+    ui.answers = [plain, instructed, biased, kgw, trained]  # in the order watermark_and_detect yields them
     with gr.Row():
         ui.send = gr.Button("Check answer 3 in the Detect tab", size="sm", elem_id="icw-send-to-detect")
     with gr.Accordion("Attack these answers and detect again", open=False):
@@ -245,14 +252,15 @@ def sampling_fields(ui: SimpleNamespace) -> None:
                          info="Adds one row to the batch (a little slower).")
 
 
-def answer_column(mode: str, title: str, help_text: str) -> tuple[gr.HighlightedText, gr.Markdown]:
+def answer_column(mode: str, title: str, help_text: str, placeholder: str = "") -> tuple[gr.HighlightedText,
+                                                                                          gr.Markdown]:
     """One answer's column: what it is, the answer with its counted units highlighted, the verdict."""
     with gr.Column(min_width=220):
         gr.Markdown(f"### {title}\n{help_text}")
-        answer = gr.HighlightedText(label=f"{title[4:]} answer", color_map=COLORS["wip"] if mode != "kgw" else None,
-                                    show_legend=mode != "kgw", elem_id=f"icw-answer-{mode}",
-                                    elem_classes=["icw-answer"])
-        verdict = gr.Markdown(elem_id=f"icw-verdict-{mode}")
+        answer = gr.HighlightedText(label=f"{title.split(' · ', 1)[1]} answer",
+                                    color_map=COLORS["wip"] if mode != "kgw" else None, show_legend=mode != "kgw",
+                                    elem_id=f"icw-answer-{mode}", elem_classes=["icw-answer"])
+        verdict = gr.Markdown(placeholder, elem_id=f"icw-verdict-{mode}")
     return answer, verdict
 
 
@@ -282,8 +290,9 @@ def wire_watermark_tab(ui: SimpleNamespace) -> None:
                          queue=False)
     ui.key_string.change(key_legend, ui.key_string, ui.legend, api_name=False, queue=False)
     answer_boxes = [answer for answer, _ in ui.answers]
+    icw_boxes = [*answer_boxes[: len(MODES)], answer_boxes[-1]]  # the columns the key's units are highlighted in
     ui.family.change(family_controls, ui.family, [ui.gamma, ui.pool_size, ui.num_letters, ui.length, ui.delta,
-                                                  ui.legend, *answer_boxes[: len(MODES)]],
+                                                  ui.legend, *icw_boxes],
                      api_name=False, queue=False)
     ui.random_key.click(random_seed, None, ui.seed, api_name=False, queue=False)
     answer_outputs = [ui.status, *[box for column in ui.answers for box in column], ui.details]
@@ -307,7 +316,7 @@ def family_controls(family: str) -> tuple[Any, ...]:
             gr.update(visible=family == "wip"), gr.update(visible=family == "sa"),
             gr.update(value=DEFAULT_DELTA.get(family, 3.0), info=DELTA_HELP[family]),
             f"**Highlights:** {HIGHLIGHT_HELP[family]}.",
-            *[gr.update(color_map=COLORS[family]) for _ in MODES])
+            *[gr.update(color_map=COLORS[family]) for _ in range(len(MODES) + 1)])  # + the trained column
 
 
 def key_legend(key_string: str) -> Any:

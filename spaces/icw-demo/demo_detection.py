@@ -11,6 +11,7 @@ from demo_common import (
     KGW_TITLE,
     MAX_TEXT_CHARS,
     MODE_TITLES,
+    NO_TRAINED_MODEL,
     UserInputError,
     cap,
     friendly,
@@ -177,18 +178,30 @@ def render_rows(details: dict[str, Any], key: ICWKey, tok: Any, alpha: float, mo
     return outputs
 
 
+def render_trained(details: dict[str, Any], key: ICWKey, alpha: float) -> list[Any]:
+    """(highlighted text, verdict) of the trained model's answer (``details["trained"]``), verified at ``alpha`` with
+    that model's tokenizer; without a trained model, what the column would show and how to make one."""
+    trained = details.get("trained")
+    if not trained:
+        return [[], NO_TRAINED_MODEL]
+    tok = get_model(trained["model"])[1]
+    result = verify([trained["text"]], key, tok if key.family != "sa" else None, alpha=alpha, highlights=True)[0]
+    details["trained"] = {**result_summary("trained", trained["text"], result), "model": trained["model"]}
+    return [highlighted(trained["text"], result), verdict_markdown(result)]
+
+
 def rescore(details: dict | None, alpha: Any):
     """New alpha: re-verify the answers already written (no new generation)."""
     if not details or not details.get("answers"):
-        return (gr.skip(),) * 5
+        return (gr.skip(),) * 6
     try:
         key = parse_key(details["key"])
         alpha = parse_alpha(alpha)
         model, tok = get_model(details["model"])
-        outputs = render_rows(details, key, tok, alpha, model)
+        outputs = render_rows(details, key, tok, alpha, model) + render_trained(details, key, alpha)
     except UserInputError as err:
         friendly(err)
-        return (gr.skip(),) * 5
+        return (gr.skip(),) * 6
     details["alpha"] = alpha
     return (*outputs[1::2], details)
 

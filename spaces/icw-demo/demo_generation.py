@@ -24,8 +24,9 @@ from demo_common import (
     get_model,
     parse_alpha,
     parse_int,
+    trained_model,
 )
-from demo_detection import render_rows, unscored
+from demo_detection import render_rows, render_trained, unscored
 from demo_keys import build_key, check_key_tokenizer, kgw_config, parse_key
 from transformers import (
     LogitsProcessor,
@@ -40,6 +41,7 @@ from icw.generation import DEFAULT_SAMPLING, chat_prompt, prompt_overflow, user_
 from icw.keys import ICWKey
 from icw.processors import logits_processor
 from icw.verification import DEFAULT_ALPHA
+from icw.vocab import vocabulary
 
 
 # ------------------------------------------------------------------------------ one batch
@@ -100,9 +102,10 @@ def sampling_kwargs(temperature: float = DEFAULT_SAMPLING["temperature"], top_p:
     return {**sampling_kwargs(greedy=True), "do_sample": True, "temperature": float(temperature), "top_p": float(top_p)}
 
 
-def batch_rows(tok: Any, query: str, key: ICWKey, kgw: bool) -> tuple[list[str], list[str]]:
-    """(row names, chat prompts): plain, instructed, ICW-biased, and KGW-biased when asked."""
-    rows = [mode for mode, _, _ in MODES] + (["kgw"] if kgw else [])
+def batch_rows(tok: Any, query: str, key: ICWKey, kgw: bool, modes: tuple[str, ...] | None = None
+               ) -> tuple[list[str], list[str]]:
+    """(row names, chat prompts): plain, instructed, ICW-biased (or only ``modes``), and KGW-biased when asked."""
+    rows = list(modes or [mode for mode, _, _ in MODES]) + (["kgw"] if kgw else [])
     prompts = [chat_prompt(tok, user_message(query, key, "instruction" if row == "instruction" else "plain", tok))
                for row in rows]
     return rows, prompts
@@ -116,19 +119,21 @@ _DECODER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="icw-generate")
 def generate_batch(model: Any, tok: Any, query: str, key: ICWKey, *, delta: float | None = None,
                    max_new_tokens: int = 120, sampling: dict[str, Any] | None = None, seed: int = 0,
                    kgw: WatermarkingConfig | None = None, stop: threading.Event | None = None,
-                   ) -> Iterator[tuple[list[str], int, bool]]:
-    """Write all answers in ONE ``generate`` call; yield (texts so far, tokens written, finished).
+                   modes: tuple[str, ...] | None = None) -> Iterator[tuple[list[str], int, bool]]:
+    """Write all answers (plain, instructed, ICW-biased, or only ``modes``; KGW with ``kgw``) in ONE ``generate``
+    call; yield (texts so far, tokens written, finished).
 
     The final texts are decoded from the returned sequences exactly as
     :func:`icw.generation.generate_responses` decodes them.
     """
-    rows, prompts = batch_rows(tok, query, key, kgw is not None)
+    rows, prompts = batch_rows(tok, query, key, kgw is not None, modes)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     device = next(model.parameters()).device
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-    processors = LogitsProcessorList([RowsLogitsProcessor(logits_processor(key, tok, delta), [rows.index("bias")])])
+    processors = LogitsProcessorList([RowsLogitsProcessor(logits_processor(key, tok, delta), [rows.index("bias")])]
+                                     if "bias" in rows else [])
     if kgw is not None:
         kgw_proc = WatermarkLogitsProcessor(vocab_size=model.config.vocab_size, device=device, **kgw.to_dict())
         processors.append(RowsLogitsProcessor(kgw_proc, [rows.index("kgw")]))
@@ -257,7 +262,14 @@ def check_inputs(query: str, family: str, seed: Any, gamma: float, pool_size: An
     check_key_tokenizer(key, tok, "generate")
     max_new_tokens = max(1, min(int(max_new_tokens), MAX_NEW_TOKENS))
     _prompt_fits(model, tok, key, query, max_new_tokens)
+    trained_name, trained = trained_model(), None
+    if trained_name is not None:
+        trained = get_model(trained_name)
+        if vocabulary(trained[1]).fingerprint != vocabulary(tok).fingerprint:
+            raise UserInputError(f"The trained model {trained_name!r} has another tokenizer than {model_name!r}, so "
+                                 "one key cannot serve both: start the page with a model trained from this one.")
     return SimpleNamespace(query=query, notice=notice, model_name=model_name, model=model, tok=tok, key=key,
+                           trained_name=trained_name, trained=trained,
                            alpha=alpha, delta=float(delta) if delta else None, max_new_tokens=max_new_tokens,
                            sampling=sampling_kwargs(temperature, top_p, bool(greedy)), sample_seed=sample_seed,
                            kgw=bool(kgw))
@@ -276,7 +288,8 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
     """
     start = time.perf_counter()  # "Done in" counts from the click: checks, prompt, tokens and verdicts
     blank: list[tuple[str, str | None]] = []
-    outputs: list[Any] = ["", blank, "", blank, "", blank, "", blank, "", None]
+    # status; (answer, verdict) of plain, instructed, biased, KGW and the trained model; details
+    outputs: list[Any] = ["", blank, "", blank, "", blank, "", blank, "", blank, "", None]
     try:
         run = check_inputs(query, family, seed, gamma, pool_size, num_letters, length, key_string, delta, model_name,
                            max_new_tokens, alpha, temperature, top_p, greedy, sample_seed, kgw)
@@ -290,7 +303,8 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
     prefix = (notice + "\n\n") if notice else ""
     n_rows = 3 + bool(kgw)
     clock = StepClock(_STEP_SECONDS.get((model_name, n_rows)))
-    what = "three answers" + (" and the KGW baseline" if kgw else "")
+    what = "three answers" + (" and the KGW baseline" if kgw else "") + (", then the trained model's answer"
+                                                                        if run.trained is not None else "")
     estimate = (f"about {_seconds(clock.per_step * max_new_tokens)} on this machine ({clock.per_step:.2f} s per "
                 "token step in the last run)" if clock.per_step else "timing the first tokens")
     outputs[0] = f"{prefix}Writing {what} as one batch, up to {max_new_tokens} tokens each, with {model_name}: {estimate}."
@@ -318,6 +332,17 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
         "kgw": {"text": texts[3], "seed": key.seed, "config": kgw_cfg.to_dict()} if kgw else None,
     }
     outputs[1:9] = render_rows(details, key, tok, alpha, model)
+    if run.trained is not None:
+        outputs[0] = f"{prefix}Writing column 2's answer again with the trained model {run.trained_name} ..."
+        yield tuple(outputs)
+        trained_model, trained_tok = run.trained
+        for texts, _, done in generate_batch(trained_model, trained_tok, query, key, max_new_tokens=max_new_tokens,
+                                             sampling=sampling, seed=sample_seed, stop=stop, modes=("instruction",)):
+            outputs[9] = unscored(texts[0])
+            if not done:
+                yield tuple(outputs)
+        details["trained"] = {"model": run.trained_name, "text": texts[0]}
+    outputs[9:11] = render_trained(details, key, alpha)
     elapsed = details["seconds"] = round(time.perf_counter() - start, 2)
     if stop.is_set():
         details["stopped"] = True
@@ -326,5 +351,5 @@ def watermark_and_detect(query: str, family: str, seed: Any, gamma: float, pool_
     else:
         outputs[0] = (f"{prefix}✔ Done in {elapsed:.0f} s: {what} to the same query in one batch, verified with the "
                       f"key `{key.to_string()}`.")  # the highlights' legend is shown once, above the answers
-    outputs[9] = details
+    outputs[11] = details
     yield tuple(outputs)

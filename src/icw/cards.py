@@ -471,6 +471,10 @@ def training_description(training: dict[str, Any]) -> dict[str, Any]:
         lines.append(f"Keys: {training['keys']}")
     settings = training.get("settings") or {}
     lines.append("Settings: " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".")
+    if (processes := training.get("processes") or 1) > 1:
+        per_step = processes * settings.get("per_device_train_batch_size", 1) * settings.get("gradient_accumulation_steps", 1)
+        lines.append(f"Processes: {processes} ({training.get('parallelism', 'data parallel')}), so {per_step} rows an "
+                     "optimizer step.")
     done = progress.get("global_step")
     state = (f"optimizer step {done} of {progress.get('max_steps')} (epoch {progress.get('epoch') or 0:.2f})"
              + ("" if progress.get("final") else "; this folder is a checkpoint saved during the run"))

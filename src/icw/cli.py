@@ -11,13 +11,17 @@ import argparse
 import contextlib
 import importlib
 import json
+import re
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from .corpus import add_arguments as add_corpus_arguments
+from .argtypes import non_negative_int, one_line_error, open_unit, positive_int, rate
+from .cli_corpus import add_arguments as add_corpus_arguments
+from .cli_corpus import refuse_without_dataset
 from .jsonl import iter_jsonl
 from .keys import FAMILIES, ICWKey, ICWKeyError, KeyMismatchError
 from .models import MissingAssetError, load_tokenizer
@@ -74,9 +78,30 @@ def _key_new(args: argparse.Namespace) -> None:
                   f"{r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}", file=sys.stderr)
         print(f"icw: note: seed {key.seed}: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, {cal.ci[1]:.2%}] at alpha "
               f"{cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
+    elif args.screen:
+        from .screening import screen
+
+        result = screen(args.family, args.seed, tokenizer if args.family != "sa" else None, screen=args.screen,
+                        **params)
+        key = result.key
+        print(f"icw: note: {result.screen.describe()}: draw {key.draw} of seed {key.seed} kept"
+              + (f" ({len(result.rejected)} earlier draw(s) rejected)" if result.rejected else ""), file=sys.stderr)
     else:
         key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
+    _print_reference_fpr(key, tokenizer if key.family != "sa" else None, args.alpha)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
+
+
+def _print_reference_fpr(key: ICWKey, tokenizer: Any, alpha: float) -> None:
+    """The key's calibrated false-positive rate per domain (audit half of the reference corpus), on stderr."""
+    from .screening import reference_calibration
+
+    cals = reference_calibration(key, tokenizer, alpha=alpha)
+    print(f"icw: note: this key's false-positive rate at alpha {alpha:g} on human text, per domain (audit half of the "
+          f"reference corpus, never used to choose the key; 95% Clopper-Pearson):", file=sys.stderr)
+    for cal in cals:
+        print(f"icw: note:   {cal.domain:<13} {cal.fpr:6.2%} [{cal.ci[0]:.2%}, {cal.ci[1]:.2%}]  "
+              f"{cal.num_false_positives} of {cal.num_texts}", file=sys.stderr)
 
 
 def _key_calibrate(args: argparse.Namespace) -> None:
@@ -84,18 +109,17 @@ def _key_calibrate(args: argparse.Namespace) -> None:
 
     key = ICWKey.from_string(args.key)
     tokenizer = load_tokenizer(args.tokenizer or key.tokenizer) if key.family != "sa" else None
+    if args.reference:  # one JSON line per domain of the reference corpus
+        if args.corpus:
+            raise ValueError("pass --reference (the bundled reference corpus, per domain) or --corpus, not both")
+        from .screening import reference_calibration
+
+        for cal in reference_calibration(key, tokenizer, split=args.split, alpha=args.alpha,
+                                         confidence=args.confidence):
+            print(json.dumps({"key": key.to_string(), **cal.to_dict()}))
+        return
     cal = calibrate_keys(key, args.corpus, tokenizer, alpha=args.alpha, confidence=args.confidence)[0]
     print(json.dumps(cal.to_dict()))
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value!r}")
-    return number
 
 
 @contextlib.contextmanager
@@ -183,9 +207,12 @@ def _detect(args: argparse.Namespace) -> None:
     if args.dataset:  # corpus scale: datasets.map over a column, results as parquet
         if args.keys is not None:
             raise ValueError("--dataset verifies every text under one --key; --keys is for text files")
-        from .corpus import run_from_args
+        from .cli_corpus import run_from_args
 
         return run_from_args(args)
+    refuse_without_dataset(args)
+    if args.all_keys and args.keys is None:
+        raise ValueError("--all-keys lists every key of --keys FILE: pass --keys, or drop --all-keys")
     if args.keys is not None:
         return _detect_many(args)
     key = ICWKey.from_string(args.key)
@@ -202,11 +229,21 @@ def _detect(args: argparse.Namespace) -> None:
         raise TextTooLongError(f"{name} has {err.length:,} characters, more than --max-chars={err.max_chars:,}. "
                                "Split it into passages (e.g. one per JSON Lines record with --jsonl), "
                                "or raise --max-chars.", err.index, err.length, err.max_chars) from None
-    for (source, _), result in zip(items, results, strict=True):
-        row = {"source": source, **result.to_dict()}
-        if result.note:
-            print(f"icw: note: {source}: {result.note}", file=sys.stderr)
-        print(json.dumps(row))
+    sys.stdout.write("".join(json.dumps({"source": source, **result.to_dict()}) + "\n"
+                             for (source, _), result in zip(items, results, strict=True)))
+    notes = [result.note for result in results if result.note]
+    if len(items) == 1 and notes:
+        print(f"icw: note: {items[0][0]}: {notes[0]}", file=sys.stderr)
+    elif notes:  # a corpus: one line, not one per text (the notes are in the results)
+        print(_notes_summary(notes, len(items)), file=sys.stderr)
+
+
+def _notes_summary(notes: list[str], num_texts: int) -> str:
+    """One line for the per-text notes of a corpus: how many, where to read them, the most frequent kind."""
+    kinds = Counter(re.sub(r"\d+", "N", note) for note in notes)  # "only 7 units scored" and "only 9 ..." alike
+    kind, count = kinds.most_common(1)[0]
+    return (f"icw: note: {len(notes):,} of {num_texts:,} texts have a note in the \"note\" field of their JSON line "
+            f"(most often, {count:,} times: \"{kind}\")")
 
 
 def _detect_many(args: argparse.Namespace) -> None:
@@ -259,6 +296,9 @@ class IcwArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str) -> None:  # type: ignore[override]
+        one_line_error(self, message)
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``icw`` parser. With ``command`` (e.g. ``"bench"``) only that sub-command's module is
@@ -269,27 +309,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     key = sub.add_parser("key", help="create watermark keys").add_subparsers(dest="key_command", required=True)
     new = key.add_parser("new", help="print a new serialized key (or its instruction)")
     new.add_argument("--family", required=True, choices=FAMILIES)
-    new.add_argument("--seed", required=True, type=int)
+    new.add_argument("--seed", required=True, type=non_negative_int)
     new.add_argument("--tokenizer", default="qwen3", help="qwen3, gpt2, smollm2 (embedded), a folder or a Hub id")
-    new.add_argument("--gamma", type=float, help="TSP green fraction (default: 0.2)")
-    new.add_argument("--pool-size", type=int, help="TSP candidate pool: the N lowest-id English tokens (default: all of V_en)")
-    new.add_argument("--num-letters", type=int, help="WIP green-letter count (default: 13)")
-    new.add_argument("--length", type=int, help="SA secret length (default: 18)")
+    new.add_argument("--gamma", type=open_unit, help="TSP green fraction (default: 0.2)")
+    new.add_argument("--pool-size", type=positive_int, help="TSP candidate pool: the N lowest-id English tokens (default: all of V_en)")
+    new.add_argument("--num-letters", type=positive_int, help="WIP green-letter count (default: 13)")
+    new.add_argument("--length", type=positive_int, help="SA secret length (default: 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
-    new.add_argument("--max-fpr", type=float, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
+    new.add_argument("--max-fpr", type=rate, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
                      "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
-    new.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level for --max-fpr")
+    new.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA,
+                     help="significance level of the per-domain false-positive report and of --max-fpr")
     new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "
                      "passages separated by blank lines (default: the bundled human English)")
+    new.add_argument("--screen", default="ref1", metavar="ID", help="screen the key against the reference corpus: "
+                     "redraw its material from the seed's stream until its false-positive rate at alpha 0.01 is at "
+                     "most 2%% on every domain's screening half (the key records draw and screen)")
+    new.add_argument("--no-screen", dest="screen", action="store_const", const=None,
+                     help="the seed's own draw, uniform over all keys (no screening)")
     new.set_defaults(func=_key_new)
 
     cal = key.add_parser("calibrate", help="a key's empirical false-positive rate on human text, with a binomial interval")
     cal.add_argument("key", help="a serialized key (icw:...) or its JSON")
     cal.add_argument("--corpus", help="JSON Lines with a 'text' field, or plain text with passages separated by blank "
                      "lines (default: 4,197 bundled passages of human English)")
-    cal.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
-    cal.add_argument("--confidence", type=float, default=0.95, help="Clopper-Pearson interval level")
+    cal.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA, help="significance level")
+    cal.add_argument("--confidence", type=open_unit, default=0.95, help="Clopper-Pearson interval level")
     cal.add_argument("--tokenizer", help="override the key's tokenizer name")
+    cal.add_argument("--reference", action="store_true", help="one line per domain of the bundled multi-domain "
+                     "reference corpus instead (see icw key new)")
+    cal.add_argument("--split", choices=("audit", "screen", "all"), default="audit",
+                     help="with --reference: the half of the reference corpus")
     cal.set_defaults(func=_key_calibrate)
 
     det = sub.add_parser("detect", help="verify texts against a key (or many); one JSON object per text")
@@ -299,10 +349,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     det.add_argument("--all-keys", action="store_true", help="with --keys: print every key's z and p, not only those "
                      "that fire")
     det.add_argument("--jsonl", action="store_true", help="inputs are JSON Lines with a 'text' field")
-    det.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level")
+    det.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA, help="significance level")
     det.add_argument("--tokenizer", help="override the key's tokenizer name")
     det.add_argument("--highlights", action="store_true", help="include the counted spans")
-    det.add_argument("--max-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
+    det.add_argument("--max-chars", type=positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
                      help="refuse texts longer than N characters")
     det.add_argument("files", nargs="*", help="text files (default: standard input)")
     add_corpus_arguments(det)

@@ -14,6 +14,7 @@ Any other name is passed to ``from_pretrained`` (a local folder, or a Hub id whe
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -94,11 +95,47 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as err:  # not cached by lru_cache: a later call (e.g. online) retries
         raise MissingAssetError(f"cannot load tokenizer {name!r}: {_load_failure(name, err, 'tokenizer')}. "
                                 f"Use an embedded tokenizer ({', '.join(EMBEDDED_TOKENIZERS)}), a local folder "
                                 "with tokenizer files, or a Hub id while online.") from None
+    return _embedded_alias(tokenizer) if Path(name).expanduser().is_dir() else tokenizer
+
+
+def tokenizer_fingerprint(tokenizer: Any, tokens: list[str] | None = None) -> str:
+    """12 hex digits of SHA-256 over the token strings in id order: what a key records of its tokenizer
+    (:attr:`icw.vocab.VocabularyView.fingerprint`).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        tokens (`list[str]`, *optional*): its tokens in id order, when already at hand.
+    """
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if tokens is None else tokens
+    return hashlib.sha256("\n".join(t or "" for t in tokens).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+#: Vocabulary sizes of the embedded tokenizers: a folder's tokenizer of another size is none of them.
+_EMBEDDED_SIZES = {"smollm2": 49152, "qwen3": 151669, "gpt2": 50257}
+
+
+def _embedded_alias(tokenizer: Any) -> Any:
+    """A tokenizer loaded from a local folder, tagged with the embedded alias whose vocabulary it has.
+
+    A model trained here (``runs/smollm2-135m-sdlp``) carries SmolLM2's tokenizer in its own folder; keys
+    built over it would otherwise name that folder, which no detector elsewhere can load. Tagged, they name
+    ``smollm2`` (and record the same vocabulary fingerprint), so the key string stays shareable.
+    """
+    for alias, size in _EMBEDDED_SIZES.items():
+        if len(tokenizer) != size:
+            continue
+        try:
+            same = tokenizer_fingerprint(load_tokenizer(alias)) == tokenizer_fingerprint(tokenizer)
+        except MissingAssetError:
+            continue
+        if same:  # tagged before any view of it is built, so the view (and every key) carries the alias
+            return _tag(tokenizer, alias)
+    return tokenizer
 
 
 def _embedded_tokenizer(folder: Path) -> Any:

@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from .argtypes import port
 from .bundled import SPACE_PACKAGE, bundled_folder
 
 
@@ -37,6 +38,8 @@ def _main(args: argparse.Namespace) -> None:
     env["GRADIO_SERVER_NAME"] = args.host or env.get("GRADIO_SERVER_NAME", "127.0.0.1")
     if args.port:
         env["GRADIO_SERVER_PORT"] = str(args.port)
+    if args.trained_model:
+        env["ICW_SPACE_TRAINED_MODEL"] = args.trained_model
     app = space_app()
     print(f"Starting the ICW demo Space from {app.parent} (loads the model first; Ctrl+C stops it) ...", flush=True)
     os.execve(sys.executable, [sys.executable, str(app)], env)  # the page owns the process from here on
@@ -45,6 +48,9 @@ def _main(args: argparse.Namespace) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``icw space`` to the CLI's subparsers."""
     space = sub.add_parser("space", help="run the demo Space (watermark and detect side by side) in your browser")
-    space.add_argument("--port", type=int, help="port to serve on (default: 7860, or the next free one)")
+    space.add_argument("--port", type=port, help="port to serve on (default: 7860, or the next free one)")
     space.add_argument("--host", help="address to serve on (default: 127.0.0.1; 0.0.0.0 to share on your network)")
+    space.add_argument("--trained-model", metavar="MODEL",
+                       help="a model trained with icw's recipe (a folder, e.g. runs/speedrun/grpo, or a Hub id): its "
+                            "answer to the instructed prompt is shown beside the base model's")
     space.set_defaults(func=_main)

@@ -237,8 +237,9 @@ def _compute_view(tokenizer) -> VocabularyView:
             is_word[i] = True
             word_letter[i] = ord(s[1].upper()) - 65
 
-    digest = hashlib.sha256("\n".join(t or "" for t in tokens).encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return VocabularyView(tokenizer_name(tokenizer), digest, surfaces, is_en, is_word, word_letter, lead_letter,
+    from .models import tokenizer_fingerprint
+
+    return VocabularyView(tokenizer_name(tokenizer), tokenizer_fingerprint(tokenizer, tokens), surfaces, is_en, is_word, word_letter, lead_letter,
                           lead_space)
 
 

@@ -9,14 +9,17 @@ values replace the defaults and flags on the command line override the file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 from collections.abc import Sequence
 from typing import Any
 
 from transformers import HfArgumentParser
 
-#: Modules exposing ``register(bench_subparsers)``: dataset build/push, run, report, lm-eval-path.
-_BENCH_MODULES = ("icw.bench.dataset", "icw.bench.runner", "icw.bench.report", "icw.lmeval")
+from ..argtypes import one_line_error
+
+#: Modules exposing ``register(bench_subparsers)``: dataset build/push, run, report, compare, lm-eval-path.
+_BENCH_MODULES = ("icw.bench.dataset", "icw.bench.runner", "icw.bench.report", "icw.bench.compare", "icw.lmeval")
 
 
 class BenchArgumentParser(HfArgumentParser):
@@ -64,11 +67,19 @@ class BenchArgumentParser(HfArgumentParser):
                     break
             if spec is not None:
                 self._apply_config(spec)
-        return super().parse_known_args(args, namespace)
+        parsed, extras = super().parse_known_args(args, namespace)
+        for dtype in self.dataclass_types or ():
+            # build the options' dataclasses now: their checks (a zero batch size, say) end the command here,
+            # in one line, before any work starts
+            values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(dtype) if hasattr(parsed, f.name)}
+            try:
+                dtype(**values)
+            except ValueError as err:
+                self.error(str(err))
+        return parsed, extras
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        """One ``icw: error: ...`` line and exit status 2 (argparse would print the whole usage)."""
-        self.exit(2, f"icw: error: {message} (see: {self.prog} --help)\n")
+        one_line_error(self, message)
 
     def _apply_config(self, spec: str) -> None:
         from .runner import read_config_file

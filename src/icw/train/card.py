@@ -115,6 +115,7 @@ def training_facts(trainer: Any, recipe: str, data_args: Any, base_model: str,
                     else data_args.dataset_split, "max_rows": data_args.max_rows},
         "families": list(rows), "rows": rows, "keys": _keys(recipe, args),
         "settings": {k: _plain(v) for k, v in chosen.items() if v is not None}, "processes": args.world_size,
+        "parallelism": trainer.accelerator.distributed_type.value,
         "versions": _versions(),
     }
 

@@ -6,6 +6,7 @@ their trl config and call :func:`load_policy` and :func:`train_and_save` (or :fu
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,8 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+
+from ..argtypes import positive_int
 
 
 def load_dcs(name: str, families: Sequence[str] | None = None, split: str = "train", label: int | None = None) -> Any:
@@ -73,6 +76,9 @@ class DCSArguments:
         default=None, metadata={"help": "results.json of `icw bench report` for the trained model: the output folder "
                                         "then gets a model card (README.md, .eval_results/) built from it, which "
                                         "is what push_to_hub uploads."})
+
+    def __post_init__(self) -> None:
+        positive_int.require(self.max_rows, "--max_rows")
 
     def load(self, label: int | None = None, seed: int = 0) -> Any:
         ds = load_dcs(self.dataset_name, self.families, self.dataset_split, label=label).shuffle(seed=seed)
@@ -242,6 +248,23 @@ class SaveOnSignalCallback(TrainerCallback):
         self.restore()
 
 
+def check_parallelism(trainer: Any) -> None:
+    """Refuse a launch whose sharding accelerate did not apply, rather than train without it.
+
+    accelerate (1.x) turns FSDP and DeepSpeed on for processes on GPUs and other accelerators only: launched with
+    ``fsdp2.yaml`` on CPU processes, a run would silently train as plain data parallel.
+
+    Args:
+        trainer (`transformers.Trainer`): the recipe's trainer, prepared by accelerate.
+    """
+    for variable, applied, name in (("ACCELERATE_USE_FSDP", trainer.is_fsdp_enabled, "FSDP"),
+                                    ("ACCELERATE_USE_DEEPSPEED", trainer.is_deepspeed_enabled, "DeepSpeed")):
+        if os.environ.get(variable, "false").lower() == "true" and not applied:
+            raise ValueError(f"the accelerate config asks for {name}, but accelerate applies it on GPUs only and these "
+                             f"processes are {trainer.accelerator.distributed_type.value}: launch CPU processes with "
+                             "--config_file recipes/accelerate_configs/cpu-ddp.yaml (data parallel) instead")
+
+
 def train_resumable(trainer: Any) -> Any:
     """``trainer.train()`` from :func:`resume_checkpoint`'s checkpoint, saving, logging and at the learning rate this
     command says (:class:`CommandStepsCallback`, :class:`CommandLearningRateCallback`); returns what ``train``
@@ -251,6 +274,7 @@ def train_resumable(trainer: Any) -> Any:
     Args:
         trainer (`transformers.Trainer`): the recipe's trainer, not yet trained.
     """
+    check_parallelism(trainer)
     on_signal = SaveOnSignalCallback()
     for callback in (CommandStepsCallback(), CommandLearningRateCallback(), on_signal):
         trainer.add_callback(callback)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..argtypes import any_float, non_negative_int
 from ..generation import user_message
 from ..keys import ICWKey, as_key
 from ..text import sentence_initial_spans
@@ -187,6 +188,11 @@ class ICWRewardArguments:
     instruction_template: str | None = field(
         default=None, metadata={"help": "Custom instruction template in the prompt (default: the paper's)."})
 
+    def __post_init__(self) -> None:
+        non_negative_int.require(self.min_completion_tokens, "--min_completion_tokens")  # 0: no length rule
+        any_float.require(self.z_floor, "--z_floor")
+        any_float.require(self.rejected_reward, "--rejected_reward")
+
 
 def grpo_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> Any:
     """``D_H1`` rows as GRPO prompts: a conversational ``prompt`` (instruction + query) and the ``key``.
@@ -209,6 +215,27 @@ def grpo_dataset(dataset: Any, tokenizer: Any, template: str | None = None) -> A
                        desc="building GRPO prompts")
 
 
+def seeded_grpo_trainer() -> type:
+    """trl's ``GRPOTrainer`` whose completions are sampled from per-row seeds (:mod:`icw.train.sampling`): the
+    run's seed, the optimizer step and the completion's place in the step's global batch, so that a run gives
+    the same completions, rewards and losses on 1 or N processes (trl samples from each process's global random
+    state, which N processes seeded alike share). vLLM generation keeps its own sampling."""
+    from trl import GRPOTrainer
+
+    from .sampling import row_seeded_generation, row_seeds
+
+    class SeededGRPOTrainer(GRPOTrainer):
+        def _generate_single_turn(self, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.use_vllm:
+                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            rows = len(prompt_ids)
+            seeds = row_seeds(self.args.seed, self.state.global_step, self.accelerator.process_index * rows, rows)
+            with row_seeded_generation(self.accelerator.unwrap_model(self.model), seeds):
+                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    return SeededGRPOTrainer
+
+
 def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
     """The ``TrlParser`` of ``recipes/grpo.py`` and ``icw train grpo``: :class:`~icw.train.common.DCSArguments`
     (script), trl's ``GRPOConfig`` (training, defaults from :data:`~icw.train.hparams.GRPO_TRAINING`),
@@ -229,7 +256,7 @@ def make_parser(subparsers: Any = None, prog: str | None = None) -> Any:
 
 def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICWRewardArguments | None = None) -> Any:
     """Train as parsed by :func:`make_parser` (``recipes/grpo.py``, ``icw train grpo``)."""
-    from trl import GRPOTrainer, get_peft_config
+    from trl import get_peft_config
     from trl.import_utils import is_vllm_available
 
     from .common import fp32_without_native_bf16, load_policy, train_and_save
@@ -243,7 +270,7 @@ def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICW
                            reward_args.instruction_template)
     reward = ICWReward(tokenizer, reward_args.min_completion_tokens, reward_args.sa_gates,
                        z_floor=reward_args.z_floor, rejected_reward=reward_args.rejected_reward)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=training_args, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=get_peft_config(model_args))
+    trainer = seeded_grpo_trainer()(model=model, reward_funcs=[reward], args=training_args, train_dataset=dataset,
+                                    processing_class=tokenizer, peft_config=get_peft_config(model_args))
     train_and_save(trainer, tokenizer, script_args, model_args, "grpo", settings=asdict(reward_args))
     return trainer

@@ -40,6 +40,7 @@ from ..keys import FAMILIES, ICWKey, as_key, green_mask
 from ..processors import sa_bias_codes, sa_bias_rows
 from ..vocab import vocabulary
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
+from .sampling import row_seeds
 from .sdlp_config import SDLPConfig
 from .sdlp_data import tokenize_dataset, tokenize_row  # noqa: F401 (part of the SDLP API)
 from .transfer import Rows, on_policy_batch, relabel_curriculum, relabel_key, relabel_keys
@@ -354,13 +355,22 @@ class SDLPTrainer(Trainer):
         """With probability ``lmbda`` (as trl's GKD) the batch's responses are replaced by the student's own
         samples before the usual SDLP step. The draw depends on (seed, step) alone, so a resumed run makes the
         same choices as an uninterrupted one."""
-        if self.args.lmbda > 0 and random.Random(f"{self.args.seed}:{self.state.global_step}").random() < self.args.lmbda:
+        step = self.state.global_step
+        self._micro_batch = (step, self._micro_batch[1] + 1 if self._micro_batch[0] == step else 0)
+        if self.args.lmbda > 0 and random.Random(f"{self.args.seed}:{step}").random() < self.args.lmbda:
             inputs = self.on_policy_batch(model, inputs)
         return super().training_step(model, inputs, num_items_in_batch)
 
+    _micro_batch: tuple[int, int] = (-1, 0)  # (optimizer step, micro-batch of that step on this process)
+
     def on_policy_batch(self, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        """The batch with the student's own samples as responses: :func:`icw.train.transfer.on_policy_batch`."""
-        return on_policy_batch(self, model, inputs)
+        """The batch with the student's own samples as responses: :func:`icw.train.transfer.on_policy_batch`.
+
+        Each row is sampled from its own seed (:func:`icw.train.sampling.row_seeds`: the run's seed, the step
+        and the row's place in the step's global batch), so 1 or N processes sample the same answers."""
+        rows = len(inputs["rows"].rows)
+        place = self._micro_batch[1] * self.accelerator.num_processes + self.accelerator.process_index
+        return on_policy_batch(self, model, inputs, row_seeds(self.args.seed, self.state.global_step, place * rows, rows))
 
     def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
         with torch.no_grad():

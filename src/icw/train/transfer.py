@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import LogitsProcessorList
 
 from ..keys import FAMILIES, ICWKey, as_key
+from .sampling import RowSeededSampling
 
 #: First key seed of relabelled training keys: inside the training pool (>= 1,000,000), apart from
 #: the synthesis seeds (family offsets of 10,000,000 below 40,000,000).
@@ -138,7 +140,7 @@ class Rows:
 
 
 @torch.no_grad()
-def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any], seeds: Sequence[int]) -> dict[str, Any]:
     """The same rows with responses sampled by the student from its own prompt (``transformers``
     ``generate``), re-collated: the teacher then scores the student's own tokens, its ``Delta_t``
     (WIP/TSP mask, SA replay) follows them, and nothing of the off-policy answer remains.
@@ -147,6 +149,7 @@ def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any]) -> dict[st
         trainer (`SDLPTrainer`): gives the tokenizer, collator and generation settings.
         model: the student that samples the responses.
         inputs (`dict`): a collated batch carrying its :class:`Rows` under ``"rows"``.
+        seeds (`Sequence[int]`): one sampling seed per row (:class:`~icw.train.sampling.RowSeededSampling`).
     """
     rows = inputs["rows"].rows
     tok = trainer.processing_class
@@ -160,9 +163,10 @@ def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any]) -> dict[st
     was_training = unwrapped.training
     unwrapped.eval()
     try:
-        out = unwrapped.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=max_new,
-                                 temperature=trainer.args.on_policy_temperature, top_p=1.0, top_k=0,
-                                 pad_token_id=pad, eos_token_id=tok.eos_token_id, use_cache=True)
+        sampler = RowSeededSampling(seeds, temperature=trainer.args.on_policy_temperature)
+        out = unwrapped.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
+                                 logits_processor=LogitsProcessorList([sampler]), pad_token_id=pad,
+                                 eos_token_id=tok.eos_token_id, use_cache=True)
     finally:
         unwrapped.train(was_training)
     features = []
