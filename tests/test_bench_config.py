@@ -84,7 +84,7 @@ def test_bad_options_and_config_files_are_one_line_errors(tmp_path, capsys):
              (["--config", str(not_a_mapping), "--out", "o"], "expected a YAML mapping"),
              (["--config", "no-such-task", "--out", "o"], "no packaged task of that name (icwbench)"),
              (["--families", "sa"], "required: --out"),
-             (["--out", "o", "--limit", "0"], "--limit must be at least 1"),
+             (["--out", "o", "--limit", "0"], "--limit: expected a whole number >= 1, got 0"),
              (["--out", "o", "--backend", "openai", "--mode", "bias"], "bias mode needs logit access")]
     for argv, message in cases:
         try:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from scipy.stats import binomtest
 
 from icw import ICWKey, verify
@@ -23,7 +24,8 @@ def test_calibration_counts_the_verifier_verdicts(qwen3):
     for key, cal in zip(keys, calibrate_keys(keys, corpus + SKEWED, qwen3, alpha=0.05), strict=True):
         fires = sum(r.p_value <= 0.05 for r in verify(corpus + SKEWED, key, qwen3, alpha=0.05))
         ci = binomtest(fires, len(corpus) + 25).proportion_ci(method="exact")
-        assert (cal.num_false_positives, cal.num_texts, cal.ci) == (fires, 105, (ci.low, ci.high))
+        assert (cal.num_false_positives, cal.num_texts) == (fires, 105)
+        assert cal.ci == pytest.approx((ci.low, ci.high), abs=1e-12)
     assert cal.num_false_positives >= 25  # the A-M key fires on every skewed text
 
 
