@@ -40,11 +40,15 @@ def merged(tag_dir: Path, base: Any, tok: Any) -> Path:
 
 
 def start_model(path: Path, base: Any) -> Any:
-    """The weights a checkpoint trained from: a GRPO adapter's merged SDLP model, else the base (SDLP)."""
+    """The weights a checkpoint trained from: the saved model its run started from (GRPO's merged SDLP model, named
+    by the adapter or, for all weights, by the run's ``command.txt``), else the base (SDLP)."""
     from transformers import AutoModelForCausalLM
 
-    config = path / "adapter_config.json"
+    config, command = path / "adapter_config.json", path.parent / "command.txt"
     start = (json.loads(config.read_text()).get("base_model_name_or_path") or "") if config.exists() else ""
+    if not start and command.exists():
+        words = command.read_text().split()
+        start = words[words.index("--model_name_or_path") + 1] if "--model_name_or_path" in words else ""
     if start and (Path(start) / "config.json").exists():
         return AutoModelForCausalLM.from_pretrained(start).to(base.device).eval()
     return base

@@ -451,7 +451,8 @@ def test_transfer_curve_interrupts_training_like_ctrl_c_even_as_a_background_job
 
 
 def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(tmp_path):
-    """A full-weight checkpoint is measured against the base, a GRPO adapter against the merged model it sits on."""
+    """A full-weight SDLP checkpoint is measured against the base; GRPO (an adapter, or all weights) against the merged
+    model it started from."""
     import copy
     import json
 
@@ -494,6 +495,15 @@ def test_transfer_curve_weight_shift_measures_each_checkpoint_against_its_start(
     moved = curve.weight_shift(base, curve.load_checkpoint(adapter, base))["lora_max"]  # against the wrong start
     assert 0 < shift["lora_median"] <= shift["lora_max"] < 0.005 and shift["all_median"] == 0
     assert expected <= shift["lora_max"] * (1 + 1e-4) and moved > 0.0099  # the base start sees the SDLP step too
+
+    grpo = copy.deepcopy(sdlp)  # all-weights GRPO: its start is named by the run's command.txt
+    with torch.no_grad():
+        grpo.get_parameter(q).mul_(1.002)
+    all_weights = tmp_path / "grpo-all" / "checkpoint-25"
+    grpo.save_pretrained(all_weights)
+    (all_weights.parent / "command.txt").write_text(f"recipes/grpo.py --model_name_or_path {merged} --use_peft false\n")
+    shift = curve.weight_shift(curve.start_model(all_weights, base), curve.load_checkpoint(all_weights, base))
+    assert abs(shift["lora_max"] - 0.002) < 1e-5 and shift["all_median"] == 0
 
 
 def test_transfer_curve_lora_targets_reach_the_recipe(tmp_path):
