@@ -41,13 +41,13 @@ def test_config_file_sets_values_and_flags_override_it(tmp_path):
     run_yaml = tmp_path / "run.yaml"
     run_yaml.write_text(yaml.safe_dump({
         "task": "my-task", "version": 3, "dataset": "data/bench", "families": ["sa"], "max_new_tokens": 50,
-        "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "batch_size": 2,
+        "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "concurrency": 2,
         "out": str(tmp_path / "run"), "attacks": "deletion", "judge_url": "http://127.0.0.1:9/v1", "judge_model": "j"}))
     config = _config("--config", str(run_yaml), "--max-new-tokens", "30", "--families", "wip", "tsp")
     task, backend, extras = config.parts()
     assert (task.task, task.version, task.dataset, task.families, task.max_new_tokens) == \
         ("my-task", 3, "data/bench", ["wip", "tsp"], 30)
-    assert (backend.backend, backend.base_url, backend.batch_size, backend.model) == \
+    assert (backend.backend, backend.base_url, backend.concurrency, backend.model) == \
         ("openai", "http://127.0.0.1:9/v1", 2, "smollm2")
     assert (extras.out, extras.attacks, extras.judge_model) == (str(tmp_path / "run"), ["deletion"], "j")
     assert RunConfig.from_parts(task, backend, extras) == config
@@ -58,18 +58,19 @@ def test_config_file_sets_values_and_flags_override_it(tmp_path):
 def test_every_historical_flag_spelling_still_parses():
     config = _config(
         "--dataset", "d", "--out", "o", "--families", "wip", "sa", "--split", "train", "--limit", "5",
-        "--backend", "vllm", "--model", "m", "--base-model", "b", "--adapter", "a", "--base-url", "u",
-        "--api-key", "k", "--mode", "bias", "--max-new-tokens", "7", "--batch-size", "3", "--concurrency", "2",
+        "--backend", "transformers", "--model", "m", "--base-model", "b", "--adapter", "a",
+        "--api-key", "k", "--mode", "bias", "--max-new-tokens", "7", "--batch-size", "3",
         "--delta", "4.5", "--seed", "9", "--template", "heldout", "--key-seed-offset", "100",
         "--query-dataset", "q", "--query-column", "c", "--attacks", "deletion", "emoji", "--attack-url", "au",
         "--attack-model", "am", "--paraphrase-rounds", "2", "--ppl-models", "p1", "p2", "--judge-url", "ju",
         "--judge-model", "jm")
     assert config == RunConfig(
-        dataset="d", out="o", families=["wip", "sa"], split="train", limit=5, backend="vllm", model="m",
-        base_model="b", adapter="a", base_url="u", api_key="k", mode="bias", max_new_tokens=7, batch_size=3,
-        concurrency=2, delta=4.5, seed=9, template="heldout", key_seed_offset=100, query_dataset="q",
+        dataset="d", out="o", families=["wip", "sa"], split="train", limit=5, backend="transformers", model="m",
+        base_model="b", adapter="a", api_key="k", mode="bias", max_new_tokens=7, batch_size=3, delta=4.5, seed=9, template="heldout", key_seed_offset=100, query_dataset="q",
         query_column="c", attacks=["deletion", "emoji"], attack_url="au", attack_model="am", paraphrase_rounds=2,
         ppl_models=["p1", "p2"], judge_url="ju", judge_model="jm")
+    remote = _config("--out", "o", "--backend", "openai", "--base-url", "u", "--concurrency", "2")
+    assert (remote.base_url, remote.concurrency, remote.batch_size) == ("u", 2, None)
     # every field of the three parts is an option, and each part owns its own fields
     names = [f.name for part in RUN_PARTS for f in fields(part)]
     assert sorted(names) == sorted(f.name for f in fields(RunConfig)) and len(set(names)) == len(names)
@@ -85,7 +86,11 @@ def test_bad_options_and_config_files_are_one_line_errors(tmp_path, capsys):
              (["--config", "no-such-task", "--out", "o"], "no packaged task of that name (icwbench)"),
              (["--families", "sa"], "required: --out"),
              (["--out", "o", "--limit", "0"], "--limit: expected a whole number >= 1, got 0"),
-             (["--out", "o", "--backend", "openai", "--mode", "bias"], "bias mode needs logit access")]
+             (["--out", "o", "--backend", "openai", "--mode", "bias"], "bias mode needs logit access"),
+             (["--out", "o", "--concurrency", "8"], "the transformers backend does not use --concurrency (openai)"),
+             (["--out", "o", "--backend", "openai", "--base-url", "u", "--batch-size", "8", "--adapter", "a"],
+              "the openai backend does not use --batch-size (transformers), --adapter (transformers)"),
+             (["--out", "o", "--backend", "vllm", "--batch-size", "8"], "the vllm backend does not use --batch-size")]
     for argv, message in cases:
         try:
             code = main(["bench", "run", *argv])

@@ -30,10 +30,12 @@ def test_calibration_counts_the_verifier_verdicts(qwen3):
 
 
 def test_screening_rejects_keys_above_the_bound(qwen3):
-    # at alpha 0.3, keys with many A-M letters fire on every skewed text (seed 1's does), others on none
+    # at alpha 0.3, keys with many A-M letters fire on every skewed text (seed 1's first draw does), others on none
     key, cal, rejected = screen_key("wip", seed=1, tokenizer=qwen3, max_fpr=0.2, alpha=0.3, corpus=SKEWED)
     assert cal.fpr <= 0.2 and all(r.fpr > 0.2 for r in rejected) and len(rejected) >= 1
-    assert [ICWKey.from_string(r.key).seed for r in rejected] == list(range(1, key.seed))
+    # redrawn within seed 1's stream, as the default screen does: no other seed's key is handed out
+    assert [ICWKey.from_string(r.key).draw for r in rejected] == list(range(key.draw)) and key.seed == 1
+    assert ICWKey.from_string(key.to_string()) == key and key.screen is None
     assert np.isclose(calibrate_keys(key, SKEWED, qwen3, alpha=0.3)[0].fpr, cal.fpr)
 
 
@@ -52,7 +54,8 @@ def test_cli_calibrate_and_screen(tmp_path):
     out = run("key", "new", "--family", "wip", "--seed", "1", "--max-fpr", "0.2", "--alpha", "0.3", "--corpus", str(corpus))
     assert out.returncode == 0, out.stderr
     key = ICWKey.from_string(out.stdout)
-    assert "seed 1 rejected" in out.stderr and f"seed {key.seed}: empirical FPR" in out.stderr and key.seed > 1
+    assert "draw 0 of seed 1 rejected" in out.stderr and f"draw {key.draw} of seed 1 kept" in out.stderr
+    assert (key.seed, key.draw > 0) == (1, True)
     for args, message in ((["key", "calibrate", "icw:sa:seed=4", "--corpus", str(tmp_path / "no.txt")], "no such corpus"),
                           (["key", "calibrate", "nonsense"], "malformed key"),
                           (["key", "new", "--family", "sa", "--seed", "1", "--max-fpr", "0"], "max_fpr must lie")):

@@ -93,6 +93,16 @@ port = NumberType(int, "a port number from 1 to 65535", lambda n: 1 <= n <= 6553
 #: Numbers any value of which means something (a reward floor, a penalty): still refuses nan and inf.
 any_float = NumberType(float, "a finite number", lambda x: True, "any_float")
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Ends each option's help with ``(default: ...)``, except flags and options without a default
+    (``False``, ``None``) and help texts that already say what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     """How every ``icw`` parser reports a bad option: one ``icw: error:`` line and exit status 2 (argparse
     would print the whole usage first).

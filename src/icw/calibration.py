@@ -175,25 +175,27 @@ def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | 
 def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float = 0.02, alpha: float = DEFAULT_ALPHA,
                corpus: list[str] | str | Path | None = None, max_tries: int = MAX_SCREEN_TRIES,
                **params: Any) -> tuple[ICWKey, Calibration, list[Calibration]]:
-    """The first key from ``seed`` onwards (``seed``, ``seed + 1``, ...) whose empirical FPR at
-    ``alpha`` on ``corpus`` is at most ``max_fpr``.
+    """Screening on your own corpus: the first draw of the seed's stream (``draw = 0, 1, ...``, as the default
+    screen of :func:`icw.screening.screen` redraws) whose empirical FPR at ``alpha`` on ``corpus`` is at most
+    ``max_fpr``. The key records its ``draw``, so it verifies anywhere; it names no screen, since the corpus is
+    yours, and keys of different seeds never share material.
 
     Args:
         family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
-        seed (`int`): the first key seed tried.
+        seed (`int`): the key seed.
         tokenizer (*optional*): the tokenizer TSP/WIP keys are built for (alias, folder or object).
         max_fpr (`float`, defaults to 0.02): the largest empirical FPR a key may have to be accepted.
         alpha (`float`, defaults to 0.01): the significance level the FPR is measured at.
         corpus (*optional*): human passages, or a corpus file; ``None`` uses the bundled corpus.
-        max_tries (`int`, defaults to 200): seeds tried before giving up with an error.
+        max_tries (`int`, defaults to 200): draws tried before giving up with an error.
         **params: key parameters passed to :meth:`ICWKey.create` (e.g. ``gamma=``).
 
     Returns:
-        ``(key, its calibration, the calibrations of the seeds rejected before it)``.
+        ``(key, its calibration, the calibrations of the draws rejected before it)``.
 
     Example:
         >>> key, cal, rejected = screen_key("sa", seed=3, max_fpr=0.05, corpus=default_corpus()[:100])
-        >>> cal.fpr <= 0.05 and key.seed == 3 + len(rejected)
+        >>> cal.fpr <= 0.05 and key.seed == 3 and key.draw == len(rejected)
         True
     """
     if not 0.0 < max_fpr <= 1.0:
@@ -202,14 +204,14 @@ def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float 
     if family != "sa" and tok is not None and not callable(tok):
         raise TypeError("tokenizer must be a Hugging Face tokenizer")
     texts = list(default_corpus()) if corpus is None else corpus
+    base = ICWKey.create(family, seed, tok if family != "sa" else None, **params).to_dict()
     rejected: list[Calibration] = []
-    batch = 8  # calibrate a few seeds per pass over the corpus: most keys pass
-    for start in range(seed, seed + max_tries, batch):
-        keys = [ICWKey.create(family, s, tok if family != "sa" else None, **params)
-                for s in range(start, min(start + batch, seed + max_tries))]
+    batch = 8  # calibrate a few draws per pass over the corpus: most keys pass
+    for start in range(0, max_tries, batch):
+        keys = [ICWKey(**{**base, "draw": draw}) for draw in range(start, min(start + batch, max_tries))]
         for key, cal in zip(keys, calibrate_keys(keys, texts, tok, alpha=alpha), strict=True):
             if cal.fpr <= max_fpr:
                 return key, cal, rejected
             rejected.append(cal)
-    raise ValueError(f"no key among seeds {seed}..{seed + max_tries - 1} has an empirical FPR at most {max_fpr:g} at "
+    raise ValueError(f"no draw of seed {seed} among {max_tries} has an empirical FPR at most {max_fpr:g} at "
                      f"alpha {alpha:g} on this corpus: raise --max-fpr (it should exceed alpha)")

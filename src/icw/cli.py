@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from .argtypes import non_negative_int, one_line_error, open_unit, positive_int, rate
+from .argtypes import DefaultsHelpFormatter, non_negative_int, one_line_error, open_unit, positive_int, rate
 from .cli_corpus import add_arguments as add_corpus_arguments
 from .cli_corpus import refuse_without_dataset
 from .jsonl import iter_jsonl
@@ -74,10 +74,11 @@ def _key_new(args: argparse.Namespace) -> None:
                                         max_fpr=args.max_fpr, alpha=args.alpha,
                                         corpus=args.corpus, **params)
         for r in rejected:
-            print(f"icw: note: seed {ICWKey.from_string(r.key).seed} rejected: empirical FPR {r.fpr:.2%} at alpha "
-                  f"{r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}", file=sys.stderr)
-        print(f"icw: note: seed {key.seed}: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, {cal.ci[1]:.2%}] at alpha "
-              f"{cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
+            print(f"icw: note: draw {ICWKey.from_string(r.key).draw} of seed {key.seed} rejected: empirical FPR "
+                  f"{r.fpr:.2%} at alpha {r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}",
+                  file=sys.stderr)
+        print(f"icw: note: draw {key.draw} of seed {key.seed} kept: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, "
+              f"{cal.ci[1]:.2%}] at alpha {cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
     elif args.screen:
         from .screening import screen
 
@@ -275,16 +276,6 @@ def _install_metrics(args: argparse.Namespace) -> None:
     print('evaluate.load("icw_tsp") (and icw_wip, icw_sa, icw_detection) now works by the bare name, offline')
 
 
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Ends each option's help with ``(default: ...)``, except flags and options without a default
-    (``False``, ``None``) and help texts that already say what the default is."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or "default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
-
-
 class IcwArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose ``--help`` shows defaults; its sub-parsers inherit the class.
 
@@ -316,8 +307,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     new.add_argument("--num-letters", type=positive_int, help="WIP green-letter count (default: 13)")
     new.add_argument("--length", type=positive_int, help="SA secret length (default: 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
-    new.add_argument("--max-fpr", type=rate, metavar="RATE", help="screen the key: try --seed, --seed + 1, ... until "
-                     "the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
+    new.add_argument("--max-fpr", type=rate, metavar="RATE", help="screen the key on --corpus: redraw within --seed's stream "
+                     "until the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
     new.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA,
                      help="significance level of the per-domain false-positive report and of --max-fpr")
     new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "

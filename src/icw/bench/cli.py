@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
-from ..argtypes import one_line_error
+from ..argtypes import DefaultsHelpFormatter, one_line_error
 
 #: Modules exposing ``register(bench_subparsers)``: dataset build/push, run, report, compare, lm-eval-path.
 _BENCH_MODULES = ("icw.bench.dataset", "icw.bench.runner", "icw.bench.report", "icw.bench.compare", "icw.lmeval")
@@ -42,6 +42,7 @@ class BenchArgumentParser(HfArgumentParser):
     """
 
     def __init__(self, dataclass_types: Any = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
         super().__init__(dataclass_types, **kwargs)
         if self.dataclass_types:
             # read (and removed) before parsing, so it never reaches the dataclasses' namespace

@@ -111,6 +111,11 @@ class TaskConfig:
             domain.require(value, option)
 
 
+#: Options that only some backends read (the rest are common to all).
+BACKEND_ONLY_OPTIONS = {"batch_size": ("transformers",), "adapter": ("transformers",), "concurrency": ("openai",),
+                        "base_url": ("openai",)}
+
+
 @dataclass
 class BackendConfig:
     """Who answers: the model or endpoint and how it is driven.
@@ -123,8 +128,8 @@ class BackendConfig:
         adapter (`str`, *optional*): PEFT adapter folder (transformers backend).
         base_url (`str`, *optional*): OpenAI-compatible endpoint URL (openai backend).
         api_key (`str`, *optional*): endpoint API key (unset: ``$OPENAI_API_KEY``).
-        batch_size (`int`, defaults to ``8``): prompts per generate call (transformers).
-        concurrency (`int`, defaults to ``4``): parallel requests (openai backend).
+        batch_size (`int`, *optional*): prompts per generate call (transformers backend; unset: 8).
+        concurrency (`int`, *optional*): parallel requests (openai backend; unset: 4).
         seed (`int`, defaults to ``0``): sampling seed.
     """
 
@@ -137,16 +142,25 @@ class BackendConfig:
     adapter: str | None = field(default=None, metadata={"help": "PEFT adapter folder (transformers backend)"})
     base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint URL (openai backend)"})
     api_key: str | None = field(default=None, metadata={"help": "endpoint API key (unset: $OPENAI_API_KEY)"})
-    batch_size: int = field(default=8, metadata={"help": "prompts per generate call (transformers)"})
-    concurrency: int = field(default=4, metadata={"help": "parallel requests (openai backend)"})
+    batch_size: int | None = field(default=None, metadata={"help": "prompts per generate call (transformers "
+                                                                   "backend; default: 8)"})
+    concurrency: int | None = field(default=None, metadata={"help": "parallel requests (openai backend; default: 4)"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        positive_int.require(self.batch_size, "--batch-size")
-        positive_int.require(self.concurrency, "--concurrency")
+        for name, value in (("batch_size", self.batch_size), ("concurrency", self.concurrency)):
+            if value is not None:
+                positive_int.require(value, "--" + name.replace("_", "-"))
         non_negative_int.require(self.seed, "--seed")
+        # an option the chosen backend never reads is refused, not silently dropped
+        misplaced = [name for name, backends in BACKEND_ONLY_OPTIONS.items()
+                     if getattr(self, name) is not None and self.backend not in backends]
+        if misplaced:
+            options = ", ".join("--" + name.replace("_", "-") + " (" + " or ".join(BACKEND_ONLY_OPTIONS[name]) + ")"
+                                for name in misplaced)
+            raise ValueError(f"the {self.backend} backend does not use {options}: drop it or choose that backend")
 
 
 @dataclass
