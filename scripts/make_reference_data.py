@@ -1,21 +1,18 @@
-"""Build the reference data that ships in ``src/icw/data``, from gensim 4.4.0's human English.
+"""Build ``src/icw/data/english_initials.json`` from gensim 4.4.0's human English: the distribution ``f_a`` of
+the first letter of distinct English words, the reference the WIP verifier's decision statistic is standardized
+by. Counted as the verifier counts: per passage, each distinct (case-folded) word once, then summed over passages.
 
-* ``english_initials.json``: the distribution ``f_a`` of the first letter of distinct English
-  words, the reference the WIP verifier's decision statistic is standardized by. Counted as the
-  verifier counts: per passage, each distinct (case-folded) word once, then summed over passages.
-* ``human_passages.jsonl.gz``: the passages themselves (source and text), the default corpus of
-  ``icw key calibrate`` and key screening.
-
-The passages are ``benchmarks/_common.human_passages()``: gensim's 300 + 50 news documents
-(``lee_background.cor``, ``lee.cor``) and the Wikipedia paragraphs of more than 40 words of its
-shortened dump. Run from the repository root::
+Only these 26 counts ship, never the passages: ``benchmarks/_common.human_passages()``, gensim's 300 + 50 news
+documents (``lee_background.cor``, ``lee.cor``, whose licence does not clearly allow redistribution) and the
+Wikipedia paragraphs of more than 40 words of its shortened dump. The passages the package ships (the default
+corpus of ``icw key calibrate`` and screening) are the reference corpus, each with its licence
+(``scripts/make_reference_corpus.py``). Run from the repository root::
 
     python scripts/make_reference_data.py
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import sys
@@ -46,10 +43,7 @@ def main() -> None:
             "script": "scripts/make_reference_data.py", "passages": len(passages), "words": total,
             "smoothing": "add-one", "frequencies": freqs}
     (DATA / "english_initials.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    with gzip.GzipFile(DATA / "human_passages.jsonl.gz", "wb", mtime=0) as raw:  # mtime=0: reproducible bytes
-        for source, text in passages:
-            raw.write((json.dumps({"source": source, "text": text}) + "\n").encode("utf-8"))
-    print(f"{len(passages)} passages, {total} distinct words; wrote {DATA}/english_initials.json, human_passages.jsonl.gz")
+    print(f"{len(passages)} passages, {total} distinct words; wrote {DATA}/english_initials.json")
 
 
 if __name__ == "__main__":

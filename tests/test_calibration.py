@@ -10,6 +10,7 @@ from scipy.stats import binomtest
 
 from icw import ICWKey, verify
 from icw.calibration import calibrate_keys, default_corpus, read_corpus, screen_key
+from icw.reference import reference_corpus
 
 # texts whose words all start with A-M: a WIP key of mostly A-M letters "fires" on every one
 SKEWED = [" ".join(w for w in ("apple bird cat dog egg fig gum hat ink jam kite lamp moon " * 3).split()[i:] + ["and"])
@@ -18,7 +19,10 @@ SKEWED = [" ".join(w for w in ("apple bird cat dog egg fig gum hat ink jam kite 
 
 def test_calibration_counts_the_verifier_verdicts(qwen3):
     corpus = list(default_corpus()[:80])
-    assert len(default_corpus()) == 4197
+    # the default corpus is the reference corpus' audit half: passages whose licence is recorded
+    audit = [p for p in reference_corpus() if p.split == "audit"]
+    assert default_corpus() == tuple(p.text for p in audit) and all(p.licence for p in audit)
+    assert set(default_corpus("screen")).isdisjoint(default_corpus())
     keys = [ICWKey.create("wip", seed=s, tokenizer=qwen3) for s in range(3)] + [ICWKey.create("wip", tokenizer=qwen3,
                                                                                               letters="ABCDEFGHIJKLM")]
     for key, cal in zip(keys, calibrate_keys(keys, corpus + SKEWED, qwen3, alpha=0.05), strict=True):

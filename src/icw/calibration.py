@@ -5,12 +5,12 @@ drawn key fires on a fraction ``alpha`` of texts independent of it. One fixed ke
 text can still be above or below ``alpha``. :func:`calibrate_keys` measures it: the key's
 empirical FPR at ``alpha`` on a corpus of human passages, with a Clopper-Pearson interval
 (:func:`clopper_pearson`; the passages are taken as independent draws of the domain).
-:func:`screen_key` draws keys from a seed onwards and keeps the first whose empirical FPR is at
-most ``max_fpr`` (screen on one half of a corpus and audit on the other: ``docs/detection-power.md``).
+:func:`screen_key` redraws a seed's key and keeps the first draw whose empirical FPR is at most
+``max_fpr`` (screen on one half of a corpus and audit on the other: ``docs/detection-power.md``).
 
-The default corpus ships with the package (``icw/data/human_passages.jsonl.gz``): 4,197 passages
-of human English (gensim 4.4.0's news documents and Wikipedia paragraphs of more than 40 words,
-built by ``scripts/make_reference_data.py``). Calibrate on text like yours with ``corpus=``.
+The default corpus is the bundled reference corpus (:mod:`icw.reference`, every passage with its provenance
+and licence), all domains pooled: its audit half for :func:`calibrate_keys`, its screening half for
+:func:`screen_key`. Calibrate on text like yours with ``corpus=``.
 
 Example:
     >>> from icw import ICWKey
@@ -34,7 +34,6 @@ from .keys import ICWKey, as_key
 from .multikey import _score_many
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, _check_texts
 
-DEFAULT_CORPUS = Path(__file__).parent / "data" / "human_passages.jsonl.gz"
 DEFAULT_CONFIDENCE = 0.95
 #: Screening gives up after this many rejected seeds (a bound below alpha rejects nearly every key).
 MAX_SCREEN_TRIES = 200
@@ -91,11 +90,18 @@ class Calibration:
         return asdict(self)
 
 
-@lru_cache(maxsize=1)
-def default_corpus() -> tuple[str, ...]:
-    """The bundled human passages (4,197 of them)."""
-    with gzip.open(DEFAULT_CORPUS, "rt", encoding="utf-8") as handle:
-        return tuple(json.loads(line)["text"] for line in handle if line.strip())
+@lru_cache(maxsize=2)
+def default_corpus(split: str = "audit") -> tuple[str, ...]:
+    """The passages of one half of the bundled reference corpus, every domain pooled.
+
+    Args:
+        split (`str`, defaults to ``"audit"``): ``"audit"`` (never used to choose a key) or ``"screen"``.
+    """
+    from .reference import reference_corpus
+
+    if split not in ("audit", "screen"):
+        raise ValueError(f"split must be 'audit' or 'screen', got {split!r}")
+    return tuple(p.text for p in reference_corpus() if p.split == split)
 
 
 def read_corpus(path: str | Path) -> list[str]:
@@ -136,14 +142,15 @@ def read_corpus(path: str | Path) -> list[str]:
 def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | str | Path | None = None,
                    tokenizer: Any = None, *, alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE,
                    num_null_keys: int = DEFAULT_NULL_KEYS) -> list[Calibration]:
-    """Each key's empirical FPR at ``alpha`` on ``corpus`` (the bundled human English by default).
+    """Each key's empirical FPR at ``alpha`` on ``corpus`` (the reference corpus' audit half by default).
 
     The keys share one pass over the corpus (one family per call; each text tokenized once). A key
     "fires" on a passage when :func:`icw.verify` would call it watermarked (``p_value <= alpha``).
 
     Args:
         keys: one key or a list of keys of one family.
-        corpus: a list of passages, a corpus file (see :func:`read_corpus`), or None for the default.
+        corpus: a list of passages, a corpus file (see :func:`read_corpus`), or None for
+            :func:`default_corpus`.
         tokenizer: as in :func:`icw.verify`.
         alpha: the significance level whose false-positive rate is measured.
         confidence: of the Clopper-Pearson interval.
@@ -156,7 +163,7 @@ def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | 
         raise ValueError(f"alpha and confidence must lie strictly between 0 and 1, got {alpha!r} and {confidence!r}")
     if len({k.family for k in keys}) > 1:
         raise ValueError("calibrate the keys of each family separately")
-    name = "bundled human English (gensim news + Wikipedia)" if corpus is None else \
+    name = "reference corpus, audit half (all domains)" if corpus is None else \
         str(corpus) if isinstance(corpus, (str, Path)) else f"{len(corpus)} passages"
     texts = list(default_corpus()) if corpus is None else read_corpus(corpus) if isinstance(corpus, (str, Path)) \
         else _check_texts(list(corpus), 10**9)
@@ -186,7 +193,7 @@ def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float 
         tokenizer (*optional*): the tokenizer TSP/WIP keys are built for (alias, folder or object).
         max_fpr (`float`, defaults to 0.02): the largest empirical FPR a key may have to be accepted.
         alpha (`float`, defaults to 0.01): the significance level the FPR is measured at.
-        corpus (*optional*): human passages, or a corpus file; ``None`` uses the bundled corpus.
+        corpus (*optional*): human passages, or a corpus file; ``None``: the reference corpus' screening half.
         max_tries (`int`, defaults to 200): draws tried before giving up with an error.
         **params: key parameters passed to :meth:`ICWKey.create` (e.g. ``gamma=``).
 
@@ -203,7 +210,7 @@ def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float 
     tok = tokenizer
     if family != "sa" and tok is not None and not callable(tok):
         raise TypeError("tokenizer must be a Hugging Face tokenizer")
-    texts = list(default_corpus()) if corpus is None else corpus
+    texts = list(default_corpus("screen")) if corpus is None else corpus
     base = ICWKey.create(family, seed, tok if family != "sa" else None, **params).to_dict()
     rejected: list[Calibration] = []
     batch = 8  # calibrate a few draws per pass over the corpus: most keys pass

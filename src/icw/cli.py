@@ -312,7 +312,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     new.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA,
                      help="significance level of the per-domain false-positive report and of --max-fpr")
     new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "
-                     "passages separated by blank lines (default: the bundled human English)")
+                     "passages separated by blank lines (default: the reference corpus' screening half)")
     new.add_argument("--screen", default="ref1", metavar="ID", help="screen the key against the reference corpus: "
                      "redraw its material from the seed's stream until its false-positive rate at alpha 0.01 is at "
                      "most 2%% on every domain's screening half (the key records draw and screen)")
@@ -323,7 +323,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cal = key.add_parser("calibrate", help="a key's empirical false-positive rate on human text, with a binomial interval")
     cal.add_argument("key", help="a serialized key (icw:...) or its JSON")
     cal.add_argument("--corpus", help="JSON Lines with a 'text' field, or plain text with passages separated by blank "
-                     "lines (default: 4,197 bundled passages of human English)")
+                     "lines (default: the reference corpus' audit half, all domains pooled)")
     cal.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA, help="significance level")
     cal.add_argument("--confidence", type=open_unit, default=0.95, help="Clopper-Pearson interval level")
     cal.add_argument("--tokenizer", help="override the key's tokenizer name")
