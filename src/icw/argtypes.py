@@ -93,6 +93,7 @@ port = NumberType(int, "a port number from 1 to 65535", lambda n: 1 <= n <= 6553
 #: Numbers any value of which means something (a reward floor, a penalty): still refuses nan and inf.
 any_float = NumberType(float, "a finite number", lambda x: True, "any_float")
 
+
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Ends each option's help with ``(default: ...)``, except flags and options without a default
     (``False``, ``None``) and help texts that already say what the default is."""

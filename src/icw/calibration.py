@@ -211,11 +211,11 @@ def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float 
     if family != "sa" and tok is not None and not callable(tok):
         raise TypeError("tokenizer must be a Hugging Face tokenizer")
     texts = list(default_corpus("screen")) if corpus is None else corpus
-    base = ICWKey.create(family, seed, tok if family != "sa" else None, **params).to_dict()
+    base = ICWKey.create(family, seed, tok if family != "sa" else None, **params)
     rejected: list[Calibration] = []
     batch = 8  # calibrate a few draws per pass over the corpus: most keys pass
     for start in range(0, max_tries, batch):
-        keys = [ICWKey(**{**base, "draw": draw}) for draw in range(start, min(start + batch, max_tries))]
+        keys = [base.with_params(draw=draw) for draw in range(start, min(start + batch, max_tries))]
         for key, cal in zip(keys, calibrate_keys(keys, texts, tok, alpha=alpha), strict=True):
             if cal.fpr <= max_fpr:
                 return key, cal, rejected

@@ -381,8 +381,9 @@ def make_backend(kind: str, model: str, **options: Any) -> Backend:
     Args:
         kind (`str`): ``"transformers"``, ``"openai"`` or ``"vllm"``.
         model (`str`): the model (name, folder or Hub id).
-        **options: the backend's keyword arguments.
+        **options: the backend's keyword arguments; one given as ``None`` is unset (the backend's default).
     """
+    options = {k: v for k, v in options.items() if v is not None}
     if kind == "transformers":
         keep = ("max_new_tokens", "batch_size", "delta", "generation_kwargs", "seed", "adapter", "device")
         return TransformersBackend(model, **{k: v for k, v in options.items() if k in keep})

@@ -116,6 +116,10 @@ BACKEND_ONLY_OPTIONS = {"batch_size": ("transformers",), "adapter": ("transforme
                         "base_url": ("openai",)}
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 @dataclass
 class BackendConfig:
     """Who answers: the model or endpoint and how it is driven.
@@ -150,16 +154,15 @@ class BackendConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        for name, value in (("batch_size", self.batch_size), ("concurrency", self.concurrency)):
-            if value is not None:
-                positive_int.require(value, "--" + name.replace("_", "-"))
+        for name in ("batch_size", "concurrency"):
+            if getattr(self, name) is not None:
+                positive_int.require(getattr(self, name), _flag(name))
         non_negative_int.require(self.seed, "--seed")
         # an option the chosen backend never reads is refused, not silently dropped
         misplaced = [name for name, backends in BACKEND_ONLY_OPTIONS.items()
                      if getattr(self, name) is not None and self.backend not in backends]
         if misplaced:
-            options = ", ".join("--" + name.replace("_", "-") + " (" + " or ".join(BACKEND_ONLY_OPTIONS[name]) + ")"
-                                for name in misplaced)
+            options = ", ".join(f"{_flag(name)} ({' or '.join(BACKEND_ONLY_OPTIONS[name])})" for name in misplaced)
             raise ValueError(f"the {self.backend} backend does not use {options}: drop it or choose that backend")
 
 

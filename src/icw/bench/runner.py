@@ -419,11 +419,10 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
     # dataset problems surface before anything is written, so a failed start leaves no run.json
     rows_by_family = {f: load_family(config.dataset, f, config.split, config.limit) for f in config.families}
     if backend is None:
-        tuning = {name: value for name, value in (("batch_size", config.batch_size), ("concurrency", config.concurrency))
-                 if value is not None}  # unset: the backend's own default
         backend = make_backend(config.backend, config.model, base_url=config.base_url, api_key=config.api_key,
-                               max_new_tokens=config.max_new_tokens, delta=config.delta, seed=config.seed,
-                               adapter=config.adapter, **tuning)
+                               max_new_tokens=config.max_new_tokens, batch_size=config.batch_size,
+                               delta=config.delta, seed=config.seed, adapter=config.adapter,
+                               concurrency=config.concurrency)
     if config.mode == "bias" and not backend.supports_bias:
         raise BackendError(f"the {type(backend).__name__} cannot apply a logit bias: use --mode instruction")
     store = ResultStore(out / RESPONSES)  # a malformed store is rejected before run.json is written
