@@ -40,6 +40,20 @@ def test_openai_backend_round_trip_through_real_server(server):
         backend.generate([Request(0, "q", ICWKey.create("sa", 1))], lambda *a: None)
 
 
+def test_openai_seed_is_sent_only_when_set(server):
+    """`icw bench run --backend openai --seed S` sends S with each request, so a seeding endpoint (vLLM, icw bench
+    serve) answers the same again; without --seed nothing is sent, for providers that refuse the field."""
+    def answers(**options) -> list[str]:
+        got: dict[int, str] = {}
+        backend = make_backend("openai", "tiny", base_url=server, max_new_tokens=12, concurrency=1, **options)
+        backend.generate([Request(i, f"Question {i}?") for i in range(3)],
+                         lambda reqs, texts, errors: got.update(zip([r.uid for r in reqs], texts, strict=True)))
+        return [got[i] for i in range(3)]
+
+    assert answers(seed=3) == answers(seed=3) != answers(seed=4)
+    assert make_backend("openai", "tiny", base_url=server, seed=None).client.seed is None
+
+
 def test_server_speaks_the_openai_protocol(server):
     with urllib.request.urlopen(server + "/models") as resp:
         assert json.load(resp)["data"][0]["id"] == "tiny"

@@ -118,3 +118,22 @@ def test_compare_pairs_each_stage_with_the_one_before(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "icw.cli", "bench", "compare", str(tmp_path / "base"),
                           str(tmp_path / "trained"), "--labels", "Base"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "one label per run" in bad.stderr, bad.stderr
+
+
+def test_quality_table_gives_the_median_perplexity_beside_the_mean(tmp_path):
+    """One degenerate answer moves the mean perplexity (the paper's Table 3) several-fold; the report prints the
+    median beside it, which it does not move."""
+    from icw.bench.report import markdown, summarize
+
+    write_stage(tmp_path / "run", 6)
+    path = tmp_path / "run" / "quality.jsonl"
+    quality = [json.loads(line) for line in path.read_text().splitlines()]
+    quality[0]["value"] = 2205.0  # an answer that repeats one token
+    path.write_text("".join(json.dumps(q) + "\n" for q in quality))
+    values = [q["value"] for q in quality]
+    sa = summarize(tmp_path / "run", num_bootstrap=20)["families"]["sa"]
+    assert sa["ppl_by_model"]["ref"] == sa["ppl"] == np.mean(values) > 70
+    assert sa["ppl_median_by_model"]["ref"] == np.median(values) < 4
+    md = markdown(summarize(tmp_path / "run", num_bootstrap=20))
+    assert "| Family | PPL (ref) | median PPL (ref) |" in md
+    assert f"| SA | {np.mean(values):.2f} | {np.median(values):.2f} |" in md

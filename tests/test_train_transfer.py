@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
-from icw import ICWKey
+from icw import ICWKey, verify
 from icw.keys import as_key, green_mask
 from icw.train.grpo import ICWReward
 from icw.train.grpo import make_parser as grpo_parser
@@ -256,6 +256,15 @@ def test_grpo_reward_never_prefers_short_or_gated_answers(qwen3):
     assert reward(completions=[gated], key=[sa.to_string()]) == [-3.0]
     with pytest.raises(ValueError, match="below z_floor"):
         ICWReward(qwen3, z_floor=-2.0, rejected_reward=0.0)
+    # what trl's log shows per family (it passes log_metric to reward functions)
+    logged: dict[str, float] = {}
+    good = " ".join(words[c] for c in sorted(wip.green_letters) * 4)
+    reward(completions=[honest_bad, "Bring good.", good, gated], key=[wip.to_string()] * 3 + [sa.to_string()],
+           log_metric=logged.__setitem__)
+    assert logged["icw/wip/rejected"] == pytest.approx(1 / 3) and logged["icw/sa/rejected"] == 1.0
+    assert logged["icw/wip/detected"] == pytest.approx(1 / 3) and logged["icw/sa/detected"] == 0.0
+    z = [r.z_score for r in verify([honest_bad, "Bring good.", good], wip, qwen3)]
+    assert logged["icw/wip/z"] == pytest.approx(sum(z) / 3) and z[2] > 2.33 > -2.0 > z[0]  # the mean before the floor
 
 
 def test_plan_keeps_h0_queries_apart_from_h1(qwen3):

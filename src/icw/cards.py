@@ -86,11 +86,12 @@ def _check_stats(stats: Any, where: str) -> None:
             raise ValueError(f"{where}.{name} must be a [low, high] pair, got {ci!r:.60}")
         for value in ci or ():
             number(value, name)
-    for name in ("judge", "attacks"):
+    for name in ("judge", "attacks", "ppl_median_by_model"):
         if stats.get(name) is not None and not isinstance(stats[name], dict):
             raise ValueError(f"{where}.{name} must be an object, got {stats[name]!r:.60}")
-    for dim, score in (stats.get("judge") or {}).items():
-        number(score, f"judge.{dim}")
+    for name in ("judge", "ppl_median_by_model"):
+        for field, value in (stats.get(name) or {}).items():
+            number(value, f"{name}.{field}")
     for attack, got in (stats.get("attacks") or {}).items():
         if not isinstance(got, dict):
             raise ValueError(f"{where}.attacks.{attack} must be an object, got {got!r:.60}")
@@ -341,14 +342,15 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
 
 def _row(family: str, stats: dict[str, Any]) -> dict[str, str]:
     """One family's row of the card's results table."""
-    judge = stats.get("judge") or {}
+    judge, medians = stats.get("judge") or {}, stats.get("ppl_median_by_model") or {}
     judge_mean = float(np.mean([v for v in judge.values() if v is not None])) if judge else None
     return {
         "family": family.upper(), "name": FAMILY_NAMES[family],
         "num": f"{stats.get('num_positive', 'n/a')}/{stats.get('num_negative', 'n/a')}",
         "roc_auc": _fmt(stats.get("roc_auc")), "roc_auc_ci": _interval(stats.get("roc_auc_ci")),
         "tpr_at_fpr": _fmt(stats.get("tpr_at_fpr")), "tpr_at_fpr_ci": _interval(stats.get("tpr_at_fpr_ci")),
-        "tpr_label": _label("TPR@{rate}FPR", stats), "ppl": _fmt(stats.get("ppl"), 2), "judge": _fmt(judge_mean, 2),
+        "tpr_label": _label("TPR@{rate}FPR", stats), "ppl": _fmt(stats.get("ppl"), 2),
+        "ppl_median": _fmt(np.mean(list(medians.values())) if medians else None, 2), "judge": _fmt(judge_mean, 2),
         "attacks": ", ".join(f"{name}: AUC {_fmt(a.get('roc_auc'))}" for name, a in (stats.get("attacks") or {}).items()),
     }
 

@@ -142,10 +142,13 @@ class ChatClient:
         timeout: seconds per request.
         temperature: default sampling temperature (``None``: the endpoint's).
         max_tokens: default cap on answer tokens (``None``: the endpoint's).
+        seed: sent with every request (``None``: none sent; not every provider takes one, vLLM and
+            ``icw bench serve`` do).
     """
 
     def __init__(self, base_url: str | None, model: str, api_key: str | None = None, *, retries: int = 2,
-                 timeout: float = 600.0, temperature: float | None = None, max_tokens: int | None = None) -> None:
+                 timeout: float = 600.0, temperature: float | None = None, max_tokens: int | None = None,
+                 seed: int | None = None) -> None:
         try:
             import openai
         except ImportError:
@@ -154,7 +157,7 @@ class ChatClient:
 
         self._openai = openai
         self.base_url, self.model, self.retries = base_url, model, retries
-        self.temperature, self.max_tokens = temperature, max_tokens
+        self.temperature, self.max_tokens, self.seed = temperature, max_tokens, seed
         key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
         # our retries (below) also cover empty answers, so the client's own are switched off
         self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=0)
@@ -181,6 +184,8 @@ class ChatClient:
             kwargs["max_tokens"] = max_tokens or self.max_tokens
         if (temperature if temperature is not None else self.temperature) is not None:
             kwargs["temperature"] = temperature if temperature is not None else self.temperature
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
         last = "no attempt"
         for attempt in range(self.retries + 1):
             try:
@@ -221,16 +226,18 @@ class OpenAIBackend(Backend):
         retries (`int`, defaults to 2): extra attempts after a failed or empty answer.
         timeout (`float`, defaults to 600.0): seconds per request.
         check (`bool`, defaults to `True`): probe the endpoint once at start, for an early clear error.
+        seed (`int`, *optional*): sampling seed sent with every request (``None``: none sent, the endpoint
+            samples as it likes).
     """
 
     supports_bias = False
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  max_new_tokens: int = 600, temperature: float | None = None, concurrency: int = 4,
-                 retries: int = 2, timeout: float = 600.0, check: bool = True) -> None:
+                 retries: int = 2, timeout: float = 600.0, check: bool = True, seed: int | None = None) -> None:
         self.name, self.concurrency = model, max(1, concurrency)
         self.client = ChatClient(base_url, model, api_key, retries=retries, timeout=timeout,
-                                 temperature=temperature, max_tokens=max_new_tokens)
+                                 temperature=temperature, max_tokens=max_new_tokens, seed=seed)
         if check:
             self.client.check()
 
@@ -388,7 +395,7 @@ def make_backend(kind: str, model: str, **options: Any) -> Backend:
         keep = ("max_new_tokens", "batch_size", "delta", "generation_kwargs", "seed", "adapter", "device")
         return TransformersBackend(model, **{k: v for k, v in options.items() if k in keep})
     if kind == "openai":
-        keep = ("base_url", "api_key", "max_new_tokens", "temperature", "concurrency", "retries", "timeout")
+        keep = ("base_url", "api_key", "max_new_tokens", "temperature", "concurrency", "retries", "timeout", "seed")
         return OpenAIBackend(model, **{k: v for k, v in options.items() if k in keep})
     if kind == "vllm":
         keep = ("max_new_tokens", "delta", "seed")

@@ -134,7 +134,8 @@ class BackendConfig:
         api_key (`str`, *optional*): endpoint API key (unset: ``$OPENAI_API_KEY``).
         batch_size (`int`, *optional*): prompts per generate call (transformers backend; unset: 8).
         concurrency (`int`, *optional*): parallel requests (openai backend; unset: 4).
-        seed (`int`, defaults to ``0``): sampling seed.
+        seed (`int`, *optional*): sampling seed (transformers and vllm: 0 when unset; openai: sent with
+            each request only when set, since not every provider takes one).
     """
 
     _argument_group_name = "backend"
@@ -149,7 +150,8 @@ class BackendConfig:
     batch_size: int | None = field(default=None, metadata={"help": "prompts per generate call (transformers "
                                                                    "backend; default: 8)"})
     concurrency: int | None = field(default=None, metadata={"help": "parallel requests (openai backend; default: 4)"})
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    seed: int | None = field(default=None, metadata={"help": "sampling seed (transformers and vllm: 0 when unset; "
+                                                             "openai: sent with each request only when set)"})
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -157,7 +159,8 @@ class BackendConfig:
         for name in ("batch_size", "concurrency"):
             if getattr(self, name) is not None:
                 positive_int.require(getattr(self, name), _flag(name))
-        non_negative_int.require(self.seed, "--seed")
+        if self.seed is not None:
+            non_negative_int.require(self.seed, "--seed")
         # an option the chosen backend never reads is refused, not silently dropped
         misplaced = [name for name, backends in BACKEND_ONLY_OPTIONS.items()
                      if getattr(self, name) is not None and self.backend not in backends]

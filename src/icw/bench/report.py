@@ -107,7 +107,7 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
             summary["tpr_at_fpr_note"] = (f"not estimable: {summary['num_negative']} negatives, "
                                            f"at least {MIN_NEGATIVES_FOR_TPR_AT_1FPR} are needed")
         summary.update(verdict_rates(records, family, alpha) or {})
-        summary["ppl"], summary["ppl_by_model"] = _perplexity(quality, family)
+        summary["ppl"], summary["ppl_by_model"], summary["ppl_median_by_model"] = _perplexity(quality, family)
         summary["judge"], summary["judge_failures"] = _judge(quality, family)
         attacks = sorted({r["attack"] for r in records if r["family"] == family and r.get("attack", "none") != "none"})
         summary["attacks"] = {}
@@ -213,14 +213,17 @@ def _coverage_esr(rows: list[dict[str, Any]], evaded: np.ndarray, family: str, a
     return out
 
 
-def _perplexity(quality: list[dict[str, Any]], family: str) -> tuple[float | None, dict[str, float]]:
+def _perplexity(quality: list[dict[str, Any]], family: str
+                ) -> tuple[float | None, dict[str, float], dict[str, float]]:
+    """The mean over reference models of their mean perplexity (the paper's ablation table), and the mean and
+    median per reference model: one degenerate answer can move a mean of 100 several-fold, never the median."""
     by_model: dict[str, list[float]] = {}
     for q in quality:
         if q.get("family") == family and q.get("metric") == "ppl" and q.get("value") is not None:
             by_model.setdefault(q["reference"], []).append(q["value"])
     means = {m: float(np.mean(v)) for m, v in by_model.items()}
-    # like the paper's ablation table: the mean over reference models of their mean perplexity
-    return (float(np.mean(list(means.values()))) if means else None), means
+    medians = {m: float(np.median(v)) for m, v in by_model.items()}
+    return (float(np.mean(list(means.values()))) if means else None), means, medians
 
 
 def _judge(quality: list[dict[str, Any]], family: str) -> tuple[dict[str, float] | None, int]:
@@ -285,12 +288,13 @@ def markdown(result: dict[str, Any]) -> str:
                   f"{', '.join(small)}. The verdict rates use the exact p-values and hold at any sample size."]
     refs = sorted({m for f in fams for m in F[f].get("ppl_by_model", {})})
     if refs or any(F[f].get("judge") for f in fams):
-        head = [f"PPL ({r})" for r in refs] + [_JUDGE_SHORT[d] for d in JUDGE_DIMENSIONS] + ["Avg"]
+        head = [f"{stat} ({r})" for r in refs for stat in ("PPL", "median PPL")]
+        head += [_JUDGE_SHORT[d] for d in JUDGE_DIMENSIONS] + ["Avg"]
         lines += ["", "## Quality (paper Table 3)", "",
                   "| Family | " + " | ".join(head) + " | judge failures |", "|---|" + "---:|" * (len(head) + 1)]
         for f in fams:
             s, judge = F[f], F[f].get("judge")
-            cells = [_fmt(s.get("ppl_by_model", {}).get(r), 2) for r in refs]
+            cells = [_fmt(s.get(stat, {}).get(r), 2) for r in refs for stat in ("ppl_by_model", "ppl_median_by_model")]
             cells += [_fmt(judge[d], 2) if judge else "-" for d in JUDGE_DIMENSIONS]
             cells.append(_fmt(float(np.mean(list(judge.values()))), 2) if judge else "-")
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + f" | {s.get('judge_failures', 0)} |")

@@ -443,7 +443,7 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                 attack_client = ChatClient(config.attack_url, config.attack_model or config.model, config.api_key)
                 attack_client.check()
             if attacks is None:  # once per run: the adaptive attacker loads a model
-                attacks = make_attacks(config.attacks, attack_client, config.seed, config.paraphrase_rounds,
+                attacks = make_attacks(config.attacks, attack_client, config.seed or 0, config.paraphrase_rounds,
                                        config.attack_adapter)
             attack_family(store, config.model_id(), family, attacks)
         if config.ppl_models or config.judge_url:

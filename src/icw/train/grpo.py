@@ -14,7 +14,12 @@ to reward functions as a keyword argument):
 with ``rejected_reward < z_floor``: a short or gated answer always scores below every honest
 attempt, however poor. (The paper's reference implementation gives such answers 0, which beats an
 honest attempt with negative z and so teaches a weak policy to stop early; the floor and the
-rejection value are ours.) The SA gates catch what the paper saw RL alone learn: visually
+rejection value are ours.)
+
+trl's log carries, beside its own ``reward``, ``reward_std`` and ``frac_reward_zero_std``, what tells a
+run that learns from one that does not, per family present in the batch: ``icw/<family>/z`` (the mean
+verifier z before the floor), ``icw/<family>/detected`` (the share of completions at p <= 0.01) and
+``icw/<family>/rejected`` (the share too short or gated). The SA gates catch what the paper saw RL alone learn: visually
 highlighted initials (``**B**ecause``, ``<b>B</b>``), orphan letters that stand alone at a
 sentence start (``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the secret written out.
 """
@@ -22,7 +27,7 @@ sentence start (``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the s
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -131,7 +136,7 @@ class ICWReward:
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                  completion_ids: Sequence[Sequence[int]] | None = None, key: Sequence[str] | None = None,
-                 **kwargs: Any) -> list[float]:
+                 log_metric: Callable[[str, float], None] | None = None, **kwargs: Any) -> list[float]:
         if key is None:
             raise ValueError("the GRPO dataset needs a 'key' column with each row's serialized key")
         texts = [_text(c) for c in completions]
@@ -139,12 +144,17 @@ class ICWReward:
             completion_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         keys = [as_key(k) for k in key]
         results = verify(texts, keys, self.tokenizer, num_permutations=self.num_permutations, num_null_keys=1)
-        rewards = []
+        rewards, rejected = [], []
         for text, ids, k, result in zip(texts, completion_ids, keys, results, strict=True):
-            if len(ids) < self.min_completion_tokens or self.sa_gates and k.family == "sa" and sa_gates(text, k):
-                rewards.append(self.rejected_reward)
-            else:
-                rewards.append(max(float(result.z_score), self.z_floor))
+            rejected.append(len(ids) < self.min_completion_tokens
+                            or self.sa_gates and k.family == "sa" and bool(sa_gates(text, k)))
+            rewards.append(self.rejected_reward if rejected[-1] else max(float(result.z_score), self.z_floor))
+        if log_metric is not None:  # trl passes it: per-family means in the training log
+            for family in sorted({k.family for k in keys}):
+                rows = [i for i, k in enumerate(keys) if k.family == family]
+                log_metric(f"icw/{family}/z", sum(results[i].z_score for i in rows) / len(rows))
+                log_metric(f"icw/{family}/detected", sum(results[i].is_watermarked for i in rows) / len(rows))
+                log_metric(f"icw/{family}/rejected", sum(rejected[i] for i in rows) / len(rows))
         return rewards
 
 
