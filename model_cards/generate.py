@@ -8,7 +8,9 @@ A published card is a folder ``model_cards/<model>/`` holding ``card.yaml`` (how
 keys of :data:`CARD_OPTIONS`, among them the ``commands`` that produced the results and the facts
 about the run the results do not record, as ``notes``), ``results.json`` (the output of
 ``icw bench report``, kept) and what this script writes from them: ``README.md`` (the card, with its
-``model-index``) and ``.eval_results/*.yaml``. Every card is built from
+``model-index``) and ``.eval_results/*.yaml``. A trained model's folder also keeps its training run's
+``icw_training.json`` (the card's "How it was trained") and ``stages.json`` (``icw bench compare`` of its
+stages: the card's "Training stages" table), when present. Every card is built from
 ``model_cards/templates/model_card.md`` by :func:`icw.cards.model_card`.
 """
 
@@ -22,12 +24,15 @@ from typing import Any
 
 import yaml
 
-from icw.cards import write_model_card
+from icw.cards import TRAINING_FACTS, write_model_card
 from icw.cli import main as icw_main
+from icw.jsonl import read_json_object
 
 HERE = Path(__file__).resolve().parent
 #: What a ``card.yaml`` may set: the keyword arguments of :func:`icw.cards.write_model_card`.
 CARD_OPTIONS = ("model_id", "base_model", "adapter", "dataset_id", "license", "date", "notes", "commands")
+#: ``icw bench compare``'s output over the model's training stages, kept beside results.json.
+STAGES = "stages.json"
 
 
 def published_cards(root: Path = HERE) -> list[Path]:
@@ -61,7 +66,12 @@ def render(folder: Path, out: Path) -> Path:
         folder (`Path`): a published card's folder.
         out (`Path`): where to write ``README.md`` and ``.eval_results/`` (``folder`` itself to update it).
     """
-    return write_model_card(folder / "results.json", out, **card_options(folder))
+    options = card_options(folder)
+    if (folder / TRAINING_FACTS).is_file():
+        options["training"] = read_json_object(folder / TRAINING_FACTS)
+    if (folder / STAGES).is_file():
+        options["stages"] = folder / STAGES
+    return write_model_card(folder / "results.json", out, **options)
 
 
 def _generated_files(folder: Path) -> set[str]:

@@ -70,5 +70,5 @@ done
 
 say "6/6 the table of stages ($OUT/stages.md) and the model card ($OUT/grpo/README.md)"
 "$ICW" bench compare "$OUT/eval/base" "$OUT/eval/sdlp" "$OUT/eval/grpo" --labels Base +SDLP +SDLP+GRPO --out "$OUT"
-"$ICW" hub model-card "$OUT/eval/grpo/results.json" --out "$OUT/grpo" > /dev/null
+"$ICW" hub model-card "$OUT/eval/grpo/results.json" --out "$OUT/grpo" --stages "$OUT/stages.json" > /dev/null
 say "done: $OUT/stages.md, $OUT/grpo/README.md"

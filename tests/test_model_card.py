@@ -256,6 +256,43 @@ def test_a_training_card_says_it_was_not_evaluated_until_results_come(results_fi
     assert "Evaluated on ICWBench in instruction mode" in text
 
 
+def _stage(label: str, auc: float, ppl: float, paired: dict | None = None) -> dict:
+    stats = {**RESULTS["families"]["wip"], "roc_auc": auc, "verdict_tpr": auc - 0.4, "verdict_fpr": 0.02}
+    return {"label": label, "run_dir": f"runs/eval/{label}", "model": "m", "families": {"wip": stats},
+            "median_ppl": {"wip": ppl}, **({"paired": {"wip": paired}} if paired else {})}
+
+
+STAGES = {"alpha": 0.01, "stages": [
+    _stage("Base", 0.52, 3.58),
+    _stage("+SDLP", 0.91, 4.50, {"num_pairs": 50, "mean_z_change": 2.1, "wilcoxon_p": 1e-8, "flagged_only_before": 1,
+                                 "flagged_only_after": 20, "mcnemar_p": 2e-5, "ppl_ratio": 1.26, "ppl_ratio_p": 0.001})]}
+
+
+def test_a_trained_models_published_card_shows_how_it_was_trained_and_its_stages(results_file, tmp_path):
+    """A card folder that keeps its training run's icw_training.json and icw bench compare's stages.json beside
+    results.json: generate.py renders "How it was trained" and the paired stage table, and --check agrees."""
+    generate = _generator()
+    folder = tmp_path / "smollm2-135m-icw"
+    folder.mkdir()
+    shutil.copy(results_file, folder / "results.json")
+    (folder / "icw_training.json").write_text(json.dumps(TRAINING), encoding="utf-8")
+    (folder / "stages.json").write_text(json.dumps(STAGES), encoding="utf-8")
+    (folder / "card.yaml").write_text("model_id: my-org/SmolLM2-135M-ICW\nlicense: apache-2.0\n"
+                                      "commands:\n  - bash scripts/speedrun.sh\n", encoding="utf-8")
+    assert generate.regenerate([folder]) == 0 and generate.stale_files(folder) == []
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    assert "## How it was trained" in text and "WIP 123 D_H1" in text and "## Training stages" in text
+    assert "| Base | 50 + 50 | 0.520 (0.53-0.74) |" in text
+    assert "| +SDLP | 50 + 50 | 0.910 (0.53-0.74) |" in text and "4.50 (1.26x)" in text
+    assert "flagged only after 20 vs only before 1 (McNemar p 2e-05); PPL x1.26 (p 0.001)" in text
+    assert cli_main(["hub", "model-card", str(results_file), "--out", str(tmp_path / "cli"),
+                     "--stages", str(folder / "stages.json")]) == 0  # what scripts/speedrun.sh runs
+    assert "flagged only after 20" in (tmp_path / "cli" / "README.md").read_text(encoding="utf-8")
+    (folder / "stages.json").write_text(json.dumps({"stages": [{"label": "Base"}]}), encoding="utf-8")
+    with pytest.raises(ValueError, match="stages.json: expected the output of icw bench compare"):
+        generate.stale_files(folder)
+
+
 def test_published_cards_how_to_runs_offline_as_printed(tmp_path):
     """The "How to use" block of every published card runs offline (no Hub download) and prints z, p, verdict."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

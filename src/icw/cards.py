@@ -278,7 +278,7 @@ def _upgrade(stats: Any) -> Any:
 def model_card(results: dict | str | Path | None = None, base_model: str | None = None,
                adapter: bool | str | None = None, model_id: str | None = None, dataset_id: str | None = None,
                license: str | None = None, notes: list[str] | None = None, commands: list[str] | None = None,
-               training: dict[str, Any] | None = None) -> Any:
+               training: dict[str, Any] | None = None, stages: dict | str | Path | None = None) -> Any:
     """Build a :class:`huggingface_hub.ModelCard` from ``icw bench report`` results, a training run, or both.
 
     ``adapter`` (``True`` or a description such as ``"peft/lora"``) marks a PEFT adapter over
@@ -301,6 +301,8 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         commands (`list[str]`, *optional*): the commands that produced ``results``, shown so that a
             reader can rerun them.
         training (`dict`, *optional*): the facts of the training run (``icw_training.json``).
+        stages (`dict`, `str` or `Path`, *optional*): ``icw bench compare`` of the model's training stages
+            (``stages.json``): the card shows its table per family, with the paired tests between stages.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -335,9 +337,30 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         adapter=str(adapter) if adapter else None, is_base=is_base,
         dataset_id=dataset_id, rows=rows, what=what, mode=what.get("mode"), training=trained,
         max_new_tokens=(results or {}).get("max_new_tokens"), notes=list(notes or ()), commands=list(commands or ()),
+        stages=_stages_table(stages) if stages is not None else None,
         how_to=_how_to(model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0]),
         paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
+
+
+def _stages_table(stages: dict | str | Path) -> str:
+    """The markdown of ``icw bench compare`` for its ``stages.json`` (or the object itself), checked first."""
+    from .bench.compare import markdown
+
+    where = "stages"
+    if isinstance(stages, (str, Path)):
+        where = str(stages)
+        stages = read_json_object(stages, "pass the stages.json of icw bench compare")
+    runs = stages.get("stages") if isinstance(stages, dict) else None
+    if not isinstance(runs, list) or not runs or not all(
+            isinstance(r, dict) and {"label", "families", "median_ppl"} <= set(r) for r in runs):
+        raise ValueError(f"{where}: expected the output of icw bench compare: an object with a non-empty 'stages' "
+                         "list, each stage with its label, families and median_ppl")
+    for run in runs:
+        for family, stats in run["families"].items():
+            check_family(family)
+            _check_stats(stats, f"{where}: stage {run['label']!r} families.{family}")
+    return markdown({"alpha": 0.01, **stages}).strip()
 
 
 def _row(family: str, stats: dict[str, Any]) -> dict[str, str]:
