@@ -288,6 +288,10 @@ def test_a_trained_models_published_card_shows_how_it_was_trained_and_its_stages
     assert cli_main(["hub", "model-card", str(results_file), "--out", str(tmp_path / "cli"),
                      "--stages", str(folder / "stages.json")]) == 0  # what scripts/speedrun.sh runs
     assert "flagged only after 20" in (tmp_path / "cli" / "README.md").read_text(encoding="utf-8")
+    torn = json.loads(json.dumps(STAGES))
+    del torn["stages"][1]["paired"]["wip"]["mcnemar_p"]
+    with pytest.raises(ValueError, match=r"stage '\+SDLP' paired.wip needs the numbers .*mcnemar_p"):
+        model_card(RESULTS, stages=torn)
     (folder / "stages.json").write_text(json.dumps({"stages": [{"label": "Base"}]}), encoding="utf-8")
     with pytest.raises(ValueError, match="stages.json: expected the output of icw bench compare"):
         generate.stale_files(folder)

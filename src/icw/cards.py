@@ -343,6 +343,10 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
     )
 
 
+#: What ``icw bench compare`` records for a stage against the one before, per family (the card prints them).
+_PAIRED_TESTS = ("mean_z_change", "wilcoxon_p", "flagged_only_after", "flagged_only_before", "mcnemar_p")
+
+
 def _stages_table(stages: dict | str | Path) -> str:
     """The markdown of ``icw bench compare`` for its ``stages.json`` (or the object itself), checked first."""
     from .bench.compare import markdown
@@ -360,6 +364,10 @@ def _stages_table(stages: dict | str | Path) -> str:
         for family, stats in run["families"].items():
             check_family(family)
             _check_stats(stats, f"{where}: stage {run['label']!r} families.{family}")
+        for family, tests in (run.get("paired") or {}).items():
+            if not isinstance(tests, dict) or not all(isinstance(tests.get(k), (int, float)) for k in _PAIRED_TESTS):
+                raise ValueError(f"{where}: stage {run['label']!r} paired.{family} needs the numbers "
+                                 f"{', '.join(_PAIRED_TESTS)} (icw bench compare writes them)")
     return markdown({"alpha": 0.01, **stages}).strip()
 
 
