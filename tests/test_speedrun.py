@@ -47,6 +47,7 @@ def test_speedrun_runs_every_stage_and_resumes(tiny_qwen, tmp_path):
     assert sdlp["lmbda"] == 1.0 and sdlp["relabel_copies"] == 8 and sdlp["learning_rate"] == 1e-4
     card = (out / "grpo" / "README.md").read_text()
     assert "## How it was trained" in card and "Recipe: GRPO" in card and "Not evaluated" not in card
+    assert "## Training stages" in card and "| +SDLP+GRPO | 4 + 4 |" in card  # stages.json, paired tests included
 
     weights = (out / "grpo" / "model.safetensors").stat().st_mtime
     again = _speedrun(out, tmp_path / "tiny")  # every stage is done: nothing is trained or generated again

@@ -708,3 +708,20 @@ def test_transfer_curve_loss_split_puts_the_teachers_bias_at_sentence_openings(t
     for _, active, rest, n_active, n_rest in rows:
         assert int(n_active) > 0 and int(n_rest) > int(n_active)
         assert float(active) > 10 * float(rest), done.stdout
+
+
+def test_training_card_says_which_families_were_relabelled():
+    """The joint recipe relabels TSP and WIP and keeps SA under its writers' keys; the card says so."""
+    from types import SimpleNamespace
+
+    from icw.train.card import _keys
+
+    args = SimpleNamespace(relabel_keys=True, relabel_curriculum=None, relabel_num_keys=0, relabel_copies=8,
+                           relabel_keep_original=False, relabel_families=["tsp", "wip"], lmbda=1.0)
+    text = _keys("sdlp", args, ["tsp", "wip", "sa"])
+    assert text.startswith("the D_H1 answers of TSP, WIP trained under fresh keys of its family (relabel_keys: a new "
+                           "key per row, 8 copies of each answer), not the key that wrote it. SA under the keys that "
+                           "wrote them, in as many copies.")
+    args.relabel_families = None
+    assert _keys("sdlp", args, ["tsp", "wip", "sa"]).startswith("each D_H1 answer trained under fresh keys")
+

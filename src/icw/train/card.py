@@ -47,15 +47,21 @@ def _rows(dataset: Any) -> dict[str, dict[str, int]]:
     return {f: {**rows[f], "keys": len(rows[f]["keys"])} for f in FAMILIES if f in rows}
 
 
-def _keys(recipe: str, args: Any) -> str:
+def _keys(recipe: str, args: Any, families: list[str]) -> str:
     if recipe == "sdlp" and getattr(args, "relabel_keys", False):
         stages = getattr(args, "relabel_curriculum", None)
         pool = (f"a curriculum of pools {' -> '.join(str(n or 'a key per row') for n in stages)}" if stages else
                 f"a pool of {args.relabel_num_keys} per family" if args.relabel_num_keys else "a new key per row")
-        text = (f"each D_H1 answer trained under fresh keys of its family (relabel_keys: {pool}, "
-                f"{args.relabel_copies} cop{'ies' if args.relabel_copies > 1 else 'y'} of each answer), "
+        copies = f"{args.relabel_copies} cop{'ies' if args.relabel_copies > 1 else 'y'} of each answer"
+        chosen = getattr(args, "relabel_families", None)
+        kept = [f.upper() for f in families if chosen is not None and f not in chosen]
+        which = ("each D_H1 answer" if not kept else
+                 "the D_H1 answers of " + ", ".join(f.upper() for f in families if f in chosen))
+        text = (f"{which} trained under fresh keys of its family (relabel_keys: {pool}, {copies}), "
                 + ("beside the key that wrote it." if getattr(args, "relabel_keep_original", False) else
                    "not the key that wrote it."))
+        if kept:
+            text += f" {', '.join(kept)} under the keys that wrote them, in as many copies."
     elif recipe == "grpo":
         text = "each prompt carries its D_H1 row's key; the reward is the verifier's z under that key."
     else:
@@ -113,7 +119,7 @@ def training_facts(trainer: Any, recipe: str, data_args: Any, base_model: str,
         "output_dir": str(out), "base_model": str(base_model), "adapter": adapter,
         "dataset": {"name": data_args.dataset_name, "split": None if Path(data_args.dataset_name).exists()
                     else data_args.dataset_split, "max_rows": data_args.max_rows},
-        "families": list(rows), "rows": rows, "keys": _keys(recipe, args),
+        "families": list(rows), "rows": rows, "keys": _keys(recipe, args, list(rows)),
         "settings": {k: _plain(v) for k, v in chosen.items() if v is not None}, "processes": args.world_size,
         "parallelism": trainer.accelerator.distributed_type.value,
         "versions": _versions(),
