@@ -109,6 +109,10 @@ def test_grpo_recipe_runs_a_step_with_lora(dcs, tiny_dir, tmp_path):
     card = _icw_card(out, dcs, [h["loss"] for h in history if "loss" in h], steps=1, label=1)
     reward = next(h["reward"] for h in history if "reward" in h)
     assert f"mean reward {reward:.4g} at step 1" in card and "Recipe: GRPO" in card
+    logged = next(h for h in history if "reward" in h)  # the per-family diagnostics beside trl's own
+    families = {k.split("/")[1] for k in logged if k.startswith("icw/")}
+    assert families and families <= {"tsp", "wip", "sa"}, sorted(logged)
+    assert all({f"icw/{f}/z", f"icw/{f}/detected", f"icw/{f}/rejected"} <= set(logged) for f in families)
     assert "a LoRA adapter, rank 4, alpha 8" in card and "min_completion_tokens 2" in card
     assert "## Evaluation" in card and "Not evaluated" in card  # no ICWBench run was given: the card says so
     checkpoint_card = (out / "checkpoint-1" / "README.md").read_text()  # PEFT writes its blank template here
