@@ -19,8 +19,8 @@ import numpy as np
 
 from .bench.dataset import ICWBENCH_ID
 from .bundled import CARD_TEMPLATES_PACKAGE, bundled_folder
+from .card_inputs import load_results, load_stages
 from .citation import BIBTEX, PAPER_AUTHORS, PAPER_TITLE
-from .detection import upgrade_summary
 from .jsonl import read_json_object
 from .keys import FAMILY_NAMES, check_family
 from .models import SMOLLM2_HUB_ID
@@ -52,51 +52,6 @@ _METRICS_IN_CARD = (("roc_auc", "roc_auc", "ROC-AUC"), ("tpr_at_fpr", "tpr_at_fp
 
 def _label(label: str, stats: dict[str, Any]) -> str:
     return label.format(rate=f"{100 * float(stats.get('fpr') or 0.01):g}%")
-
-
-def _load_results(results: dict | str | Path) -> dict[str, Any]:
-    where = "results"
-    if isinstance(results, (str, Path)):
-        where = str(results)
-        results = read_json_object(results, "pass the results.json of icw bench report")
-    if not isinstance(results, dict) or not isinstance(results.get("families"), dict) or not results["families"]:
-        raise ValueError(f"{where}: expected an object with a non-empty 'families' mapping (icw bench report output)")
-    for family, stats in results["families"].items():
-        check_family(family)
-        _check_stats(stats, f"{where}: families.{family}")
-    results = {**results, "families": {f: _upgrade(s) for f, s in results["families"].items()}}
-    if not results.get("model") or not isinstance(results["model"], str):
-        raise ValueError(f"{where}: needs a string 'model' field naming the evaluated model")
-    return results
-
-
-def _check_stats(stats: Any, where: str) -> None:
-    """The fields the card reads, with their types: numbers (or null), intervals, judge scores, attacks."""
-    def number(value: Any, name: str) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"{where}.{name} must be a number or null, got {value!r:.60}")
-
-    if not isinstance(stats, dict):
-        raise ValueError(f"{where} must be an object of statistics, got {type(stats).__name__}")
-    for name in ("roc_auc", "auc", "tpr_at_fpr", "tpr_at_1fpr", "fpr", "ppl", "num_positive", "num_negative"):
-        number(stats.get(name), name)
-    for name in ("roc_auc_ci", "auc_ci", "tpr_at_fpr_ci", "tpr_ci"):
-        ci = stats.get(name)
-        if ci is not None and not (isinstance(ci, list) and len(ci) == 2):
-            raise ValueError(f"{where}.{name} must be a [low, high] pair, got {ci!r:.60}")
-        for value in ci or ():
-            number(value, name)
-    for name in ("judge", "attacks", "ppl_median_by_model"):
-        if stats.get(name) is not None and not isinstance(stats[name], dict):
-            raise ValueError(f"{where}.{name} must be an object, got {stats[name]!r:.60}")
-    for name in ("judge", "ppl_median_by_model"):
-        for field, value in (stats.get(name) or {}).items():
-            number(value, f"{name}.{field}")
-    for attack, got in (stats.get("attacks") or {}).items():
-        if not isinstance(got, dict):
-            raise ValueError(f"{where}.attacks.{attack} must be an object, got {got!r:.60}")
-        for name in ("roc_auc", "auc"):
-            number(got.get(name), f"attacks.{attack}.{name}")
 
 
 def _number(value: Any) -> float | None:
@@ -231,7 +186,7 @@ def eval_results(results: dict | str | Path, dataset_id: str | None = None) -> l
     """
     from huggingface_hub import EvalResult
 
-    results = _load_results(results)
+    results = load_results(results)
     dataset_id = _dataset_id(results, dataset_id)
     out = []
     for family, stats in results["families"].items():
@@ -262,17 +217,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def _interval(values: Any) -> str:
     return "[" + ", ".join(_fmt(v) for v in values) + "]" if values else ""
-
-
-def _upgrade(stats: Any) -> Any:
-    """Old ``results.json`` field names (``auc``, ``tpr_at_1fpr``, ...) read as the current ones."""
-    if not isinstance(stats, dict):
-        return stats
-    stats = upgrade_summary(stats, "results.json families")
-    if isinstance(stats.get("attacks"), dict):
-        stats["attacks"] = {k: upgrade_summary(a, "results.json attacks") if isinstance(a, dict) else a
-                            for k, a in stats["attacks"].items()}
-    return stats
 
 
 def model_card(results: dict | str | Path | None = None, base_model: str | None = None,
@@ -306,9 +250,11 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
     """
     from huggingface_hub import ModelCard, ModelCardData
 
+    from .bench.compare import markdown as compare_markdown
+
     if results is None and training is None:
         raise ValueError("a model card needs ICWBench results (results.json), a training run's facts, or both")
-    results = _load_results(results) if results is not None else None
+    results = load_results(results) if results is not None else None
     trained = training_description(training) if training else None
     base_model = base_model or (results or {}).get("base_model") or (training or {}).get("base_model")
     adapter = adapter or (results or {}).get("adapter") or (trained and trained["adapter"])
@@ -337,38 +283,10 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         adapter=str(adapter) if adapter else None, is_base=is_base,
         dataset_id=dataset_id, rows=rows, what=what, mode=what.get("mode"), training=trained,
         max_new_tokens=(results or {}).get("max_new_tokens"), notes=list(notes or ()), commands=list(commands or ()),
-        stages=_stages_table(stages) if stages is not None else None,
+        stages=compare_markdown(load_stages(stages)).strip() if stages is not None else None,
         how_to=_how_to(model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0]),
         paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
-
-
-#: What ``icw bench compare`` records for a stage against the one before, per family (the card prints them).
-_PAIRED_TESTS = ("mean_z_change", "wilcoxon_p", "flagged_only_after", "flagged_only_before", "mcnemar_p")
-
-
-def _stages_table(stages: dict | str | Path) -> str:
-    """The markdown of ``icw bench compare`` for its ``stages.json`` (or the object itself), checked first."""
-    from .bench.compare import markdown
-
-    where = "stages"
-    if isinstance(stages, (str, Path)):
-        where = str(stages)
-        stages = read_json_object(stages, "pass the stages.json of icw bench compare")
-    runs = stages.get("stages") if isinstance(stages, dict) else None
-    if not isinstance(runs, list) or not runs or not all(
-            isinstance(r, dict) and {"label", "families", "median_ppl"} <= set(r) for r in runs):
-        raise ValueError(f"{where}: expected the output of icw bench compare: an object with a non-empty 'stages' "
-                         "list, each stage with its label, families and median_ppl")
-    for run in runs:
-        for family, stats in run["families"].items():
-            check_family(family)
-            _check_stats(stats, f"{where}: stage {run['label']!r} families.{family}")
-        for family, tests in (run.get("paired") or {}).items():
-            if not isinstance(tests, dict) or not all(isinstance(tests.get(k), (int, float)) for k in _PAIRED_TESTS):
-                raise ValueError(f"{where}: stage {run['label']!r} paired.{family} needs the numbers "
-                                 f"{', '.join(_PAIRED_TESTS)} (icw bench compare writes them)")
-    return markdown({"alpha": 0.01, **stages}).strip()
 
 
 def _row(family: str, stats: dict[str, Any]) -> dict[str, str]:
@@ -397,7 +315,7 @@ def eval_results_files(results: dict | str | Path, dataset_id: str | None = None
         date (`str`, *optional*): the entries' date, ``YYYY-MM-DD`` (default: today); a kept card
             passes the date of its run, so that regenerating it changes nothing.
     """
-    results = _load_results(results)
+    results = load_results(results)
     dataset_id = _dataset_id(results, dataset_id)
     today = str(date) if date else _dt.date.today().isoformat()
     files: dict[str, list[dict[str, Any]]] = {}
