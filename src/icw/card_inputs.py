@@ -82,7 +82,8 @@ def load_stages(stages: dict | str | Path) -> dict[str, Any]:
         stages = read_json_object(stages, "pass the stages.json of icw bench compare")
     runs = stages.get("stages") if isinstance(stages, dict) else None
     if not isinstance(runs, list) or not runs or not all(
-            isinstance(r, dict) and {"label", "families", "median_ppl"} <= set(r) for r in runs):
+            isinstance(r, dict) and "label" in r and isinstance(r.get("families"), dict)
+            and isinstance(r.get("median_ppl"), dict) for r in runs):
         raise ValueError(f"{where}: expected the output of icw bench compare: an object with a non-empty 'stages' "
                          "list, each stage with its label, families and median_ppl")
     for run in runs:
