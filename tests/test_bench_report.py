@@ -137,3 +137,21 @@ def test_quality_table_gives_the_median_perplexity_beside_the_mean(tmp_path):
     md = markdown(summarize(tmp_path / "run", num_bootstrap=20))
     assert "| Family | PPL (ref) | median PPL (ref) |" in md
     assert f"| SA | {np.mean(values):.2f} | {np.median(values):.2f} |" in md
+
+
+def test_sa_openings_count_sentences_that_open_on_the_keys_letters(tmp_path):
+    """The SA diagnostic: per sentence position, the share of instructed answers whose sentence there opens with the
+    secret's letter at that position, counted from the real texts; the report prints it."""
+    from icw.bench.report import markdown, summarize
+    from icw.keys import as_key
+    from icw.text import sentence_initial_spans
+
+    rows = write_stage(tmp_path / "run", 3)  # positives follow the first 1-5 letters of their secret
+    sa = summarize(tmp_path / "run", num_bootstrap=20)["families"]["sa"]
+    positives = [r for r in rows if r["role"] == "positive"]
+    want = [sum(len(o := [c for _, c in sentence_initial_spans(r["response"])]) > i
+                and o[i] == as_key(r["key"]).secret_string[i] for r in positives) / len(positives) for i in range(5)]
+    assert sa["sa_openings"] == [round(w, 4) for w in want] and sa["sa_openings"][0] == 1.0 > sa["sa_openings"][4]
+    shares = ", ".join(f"{100 * w:.0f}%" for w in want)
+    assert f"opens with the key's i-th letter, sentences 1-5: {shares} (about 5% by chance)" in markdown(
+        summarize(tmp_path / "run", num_bootstrap=20))

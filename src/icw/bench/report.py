@@ -31,7 +31,8 @@ import numpy as np
 
 from ..argtypes import open_unit, positive_int
 from ..jsonl import read_json_object
-from ..keys import FAMILIES, FAMILY_NAMES
+from ..keys import FAMILIES, FAMILY_NAMES, as_key
+from ..text import sentence_initial_spans
 from .quality import JUDGE_DIMENSIONS
 from .runner import QUALITY, RESPONSES, RUN_CONFIG, load_records
 from .scoring import detection_summary, paired_scores
@@ -109,6 +110,8 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
         summary.update(verdict_rates(records, family, alpha) or {})
         summary["ppl"], summary["ppl_by_model"], summary["ppl_median_by_model"] = _perplexity(quality, family)
         summary["judge"], summary["judge_failures"] = _judge(quality, family)
+        if family == "sa":
+            summary["sa_openings"] = sa_openings(records)
         attacks = sorted({r["attack"] for r in records if r["family"] == family and r.get("attack", "none") != "none"})
         summary["attacks"] = {}
         for attack in attacks:
@@ -213,6 +216,26 @@ def _coverage_esr(rows: list[dict[str, Any]], evaded: np.ndarray, family: str, a
     return out
 
 
+#: Sentence positions the SA opening diagnostic reports.
+SA_OPENING_POSITIONS = 5
+
+
+def sa_openings(records: list[dict[str, Any]], positions: int = SA_OPENING_POSITIONS) -> list[float] | None:
+    """SA: for each sentence position i, the share of instructed answers whose i-th sentence opens with the key's
+    i-th letter (an answer with fewer sentences misses). Training learns the acrostic from the left, so these move
+    before the LCS statistic reaches a verdict; chance is about 1/20 a position."""
+    rows = [r for r in records if r["family"] == "sa" and r["role"] == "positive"
+            and r.get("attack", "none") == "none" and r.get("response") is not None]
+    if not rows:
+        return None
+    hits = np.zeros(positions)
+    for r in rows:
+        secret = as_key(r["key"]).secret_string
+        openings = [letter.upper() for _, letter in sentence_initial_spans(r["response"])]
+        hits += [i < min(len(openings), len(secret)) and openings[i] == secret[i] for i in range(positions)]
+    return [round(float(h), 4) for h in hits / len(rows)]
+
+
 def _perplexity(quality: list[dict[str, Any]], family: str
                 ) -> tuple[float | None, dict[str, float], dict[str, float]]:
     """The mean over reference models of their mean perplexity (the paper's ablation table), and the mean and
@@ -282,6 +305,10 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{_with_ci(s['roc_auc'], s['roc_auc_ci'])} | {_with_ci(s['tpr_at_fpr'], s['tpr_at_fpr_ci'])} | "
                      f"{_with_ci(s.get('verdict_tpr'), s.get('verdict_tpr_ci'))} | "
                      f"{_with_ci(s.get('verdict_fpr'), s.get('verdict_fpr_ci'))} |")
+    if (F.get("sa") or {}).get("sa_openings"):
+        shares = ", ".join(f"{100 * v:.0f}%" for v in F["sa"]["sa_openings"])
+        lines += ["", f"SA instructed answers whose i-th sentence opens with the key's i-th letter, sentences 1-"
+                  f"{len(F['sa']['sa_openings'])}: {shares} (about 5% by chance)."]
     small = [f"{f.upper()} ({F[f]['num_negative']})" for f in fams if F[f]["tpr_at_fpr"] is None]
     if small:
         lines += ["", f"TPR@1%FPR is not estimable with fewer than {MIN_NEGATIVES_FOR_TPR_AT_1FPR} negatives: "
