@@ -250,8 +250,6 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from .bench.compare import markdown as compare_markdown
-
     if results is None and training is None:
         raise ValueError("a model card needs ICWBench results (results.json), a training run's facts, or both")
     results = load_results(results) if results is not None else None
@@ -283,10 +281,17 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         adapter=str(adapter) if adapter else None, is_base=is_base,
         dataset_id=dataset_id, rows=rows, what=what, mode=what.get("mode"), training=trained,
         max_new_tokens=(results or {}).get("max_new_tokens"), notes=list(notes or ()), commands=list(commands or ()),
-        stages=compare_markdown(load_stages(stages)).strip() if stages is not None else None,
+        stages=_stages_table(stages) if stages is not None else None,
         how_to=_how_to(model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0]),
         paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
+
+
+def _stages_table(stages: dict | str | Path) -> str:
+    """``icw bench compare``'s tables of ``stages.json``, checked first (imported here: the benchmark is heavy)."""
+    from .bench.compare import markdown
+
+    return markdown(load_stages(stages)).strip()
 
 
 def _row(family: str, stats: dict[str, Any]) -> dict[str, str]:

@@ -53,10 +53,10 @@ def _keys(recipe: str, args: Any, families: list[str]) -> str:
         pool = (f"a curriculum of pools {' -> '.join(str(n or 'a key per row') for n in stages)}" if stages else
                 f"a pool of {args.relabel_num_keys} per family" if args.relabel_num_keys else "a new key per row")
         copies = f"{args.relabel_copies} cop{'ies' if args.relabel_copies > 1 else 'y'} of each answer"
-        chosen = getattr(args, "relabel_families", None)
-        kept = [f.upper() for f in families if chosen is not None and f not in chosen]
-        which = ("each D_H1 answer" if not kept else
-                 "the D_H1 answers of " + ", ".join(f.upper() for f in families if f in chosen))
+        chosen = getattr(args, "relabel_families", None) or families
+        kept = [f.upper() for f in families if f not in chosen]
+        which = "the D_H1 answers of " + ", ".join(f.upper() for f in families if f in chosen) if kept else \
+            "each D_H1 answer"
         text = (f"{which} trained under fresh keys of its family (relabel_keys: {pool}, {copies}), "
                 + ("beside the key that wrote it." if getattr(args, "relabel_keep_original", False) else
                    "not the key that wrote it."))

@@ -14,14 +14,14 @@ to reward functions as a keyword argument):
 with ``rejected_reward < z_floor``: a short or gated answer always scores below every honest
 attempt, however poor. (The paper's reference implementation gives such answers 0, which beats an
 honest attempt with negative z and so teaches a weak policy to stop early; the floor and the
-rejection value are ours.)
+rejection value are ours.) The SA gates catch what the paper saw RL alone learn: visually
+highlighted initials (``**B**ecause``, ``<b>B</b>``), orphan letters that stand alone at a
+sentence start (``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the secret written out.
 
 trl's log carries, beside its own ``reward``, ``reward_std`` and ``frac_reward_zero_std``, what tells a
 run that learns from one that does not, per family present in the batch: ``icw/<family>/z`` (the mean
 verifier z before the floor), ``icw/<family>/detected`` (the share of completions at p <= 0.01) and
-``icw/<family>/rejected`` (the share too short or gated). The SA gates catch what the paper saw RL alone learn: visually
-highlighted initials (``**B**ecause``, ``<b>B</b>``), orphan letters that stand alone at a
-sentence start (``T he``, ``B.``), letter headings (``# B``, ``- B:``) and the secret written out.
+``icw/<family>/rejected`` (the share too short or gated).
 """
 
 from __future__ import annotations
