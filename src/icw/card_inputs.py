@@ -13,7 +13,14 @@ from .keys import check_family
 
 
 def load_results(results: dict | str | Path) -> dict[str, Any]:
-    """ICWBench results (or the path of their ``results.json``), checked, old field names read as current ones."""
+    """ICWBench results (or the path of their ``results.json``), checked, old field names read as current ones.
+
+    Args:
+        results (`dict`, `str` or `Path`): the object ``icw bench report`` writes, or its ``results.json``.
+
+    Raises:
+        ValueError: the results lack a field the card reads, or a field has the wrong type.
+    """
     where = "results"
     if isinstance(results, (str, Path)):
         where = str(results)
@@ -30,7 +37,15 @@ def load_results(results: dict | str | Path) -> dict[str, Any]:
 
 
 def check_stats(stats: Any, where: str) -> None:
-    """The fields the card reads, with their types: numbers (or null), intervals, judge scores, attacks."""
+    """The fields the card reads, with their types: numbers (or null), intervals, judge scores, attacks.
+
+    Args:
+        stats (`Any`): one family's statistics.
+        where (`str`): where they sit, named in the error.
+
+    Raises:
+        ValueError: a field has the wrong type.
+    """
     def number(value: Any, name: str) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"{where}.{name} must be a number or null, got {value!r:.60}")
@@ -75,7 +90,14 @@ _PAIRED_TESTS = ("mean_z_change", "wilcoxon_p", "flagged_only_after", "flagged_o
 
 def load_stages(stages: dict | str | Path) -> dict[str, Any]:
     """``icw bench compare``'s ``stages.json`` (or the object itself), checked: each stage's statistics as
-    :func:`check_stats` wants them and its paired tests against the stage before."""
+    :func:`check_stats` wants them and its paired tests against the stage before.
+
+    Args:
+        stages (`dict`, `str` or `Path`): the object ``icw bench compare`` writes, or its ``stages.json``.
+
+    Raises:
+        ValueError: a stage lacks its label, statistics or paired tests.
+    """
     where = "stages"
     if isinstance(stages, (str, Path)):
         where = str(stages)

@@ -223,7 +223,15 @@ SA_OPENING_POSITIONS = 5
 def sa_openings(records: list[dict[str, Any]], positions: int = SA_OPENING_POSITIONS) -> list[float] | None:
     """SA: for each sentence position i, the share of instructed answers whose i-th sentence opens with the key's
     i-th letter (an answer with fewer sentences misses). Training learns the acrostic from the left, so these move
-    before the LCS statistic reaches a verdict; chance is about 1/20 a position."""
+    before the LCS statistic reaches a verdict; chance is about 1/20 a position.
+
+    Args:
+        records (`list[dict]`): the run's scored records (only unattacked SA positives count).
+        positions (`int`, defaults to 5): how many sentence positions to report, from the first.
+
+    Returns:
+        The share per position, or ``None`` when the run has no SA answers.
+    """
     rows = [r for r in records if r["family"] == "sa" and r["role"] == "positive"
             and r.get("attack", "none") == "none" and r.get("response") is not None]
     if not rows:
