@@ -155,3 +155,39 @@ def test_sa_openings_count_sentences_that_open_on_the_keys_letters(tmp_path):
     shares = ", ".join(f"{100 * w:.0f}%" for w in want)
     assert f"opens with the key's i-th letter, sentences 1-5: {shares} (about 5% by chance)" in markdown(
         summarize(tmp_path / "run", num_bootstrap=20))
+
+
+def test_looping_answers_are_counted_in_the_reference_tokens_and_reported_beside_perplexity(tmp_path):
+    """Looping answers have a low perplexity; the quality stage records each instructed answer's seq-rep-4 in the
+    reference model's tokens (resumable), and the report and the stage table give the share that loop."""
+    from icw.bench.compare import compare_stages
+    from icw.bench.compare import markdown as stages_markdown
+    from icw.bench.quality import repetition_family, seq_rep_n
+    from icw.bench.report import markdown, summarize
+    from icw.bench.runner import ResultStore
+    from icw.models import load_tokenizer
+
+    rows = write_stage(tmp_path / "run", 3, num_pairs=10)
+    loop = "The answer is that the Earth's orbit in the Earth's orbit in the Earth's orbit in the Earth's orbit."
+    for r in rows[:6]:  # three positives (rows alternate positive, negative) loop
+        if r["role"] == "positive":
+            r["response"] = loop
+    (tmp_path / "run" / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store, quality = ResultStore(tmp_path / "run" / "responses.jsonl"), ResultStore(tmp_path / "run" / "quality.jsonl")
+    assert repetition_family(store, quality, "m3", "sa", "smollm2") == 10
+    assert repetition_family(store, quality, "m3", "sa", "smollm2") == 0  # resumed: nothing twice
+    tok = load_tokenizer("smollm2")
+    values = {q["id"]: q["value"] for q in quality.rows() if q["metric"] == "seq_rep_4"}
+    assert values == {r["id"]: seq_rep_n(tok(r["response"], add_special_tokens=False)["input_ids"])
+                      for r in rows if r["role"] == "positive"}
+    assert seq_rep_n(tok(loop, add_special_tokens=False)["input_ids"]) >= 0.5 > max(
+        v for i, v in values.items() if int(i) >= 3)
+    sa = summarize(tmp_path / "run", num_bootstrap=20)["families"]["sa"]
+    assert sa["looping_by_model"] == {"smollm2": 0.3}
+    assert sa["seq_rep_by_model"]["smollm2"] == np.mean(list(values.values()))
+    md = markdown(summarize(tmp_path / "run", num_bootstrap=20))
+    assert "| PPL (ref) | median PPL (ref) | looping (ref) | PPL (smollm2) | median PPL (smollm2) | looping (smollm2) |" in md
+    assert f"| SA | {3.3 + 4.5 / 100:.2f} | {3.3 + 4.5 / 100:.2f} | - | - | - | 0.30 |" in md
+    assert "seq-rep-4 >= 0.5" in md
+    table = stages_markdown(compare_stages([tmp_path / "run"], ["Base"], num_bootstrap=20))
+    assert "| looping |" in table and "| 0.30 |" in table

@@ -271,6 +271,9 @@ def test_smollm2_end_to_end_transformers_and_openai_backends(tmp_path, smollm2):
         (r["attack"], r["id"]) for r in records if r["attack"] != "none")
     assert all(q.get("score") is not None or (q.get("error") and "raw" in q) for q in covered)
     assert all(q["value"] > 1.0 for q in quality if q["metric"] == "ppl")
+    repeats = [q for q in quality if q["metric"] == "seq_rep_4"]  # beside each perplexity, in the same tokens
+    assert sorted(q["id"] for q in repeats) == sorted(q["id"] for q in quality if q["metric"] == "ppl")
+    assert all(0.0 <= q["value"] < 1.0 for q in repeats)
     for run_dir in (tmp_path / "local", tmp_path / "remote"):
         result = report(run_dir, num_bootstrap=50)
         assert (run_dir / "report.md").exists() and list(run_dir.glob("roc_*.png"))

@@ -26,6 +26,7 @@ RESULTS = {
         "tsp": {"num_positive": 50, "num_negative": 50, "roc_auc": 0.913, "roc_auc_ci": [0.85, 0.96],
                 "tpr_at_fpr": 0.42, "tpr_at_fpr_ci": [0.2, 0.6], "fpr": 0.01, "mean_z_positive": 3.1, "mean_z_negative": 0.1, "ppl": 5.21,
                 "ppl_by_model": {"smollm2": 5.21}, "ppl_median_by_model": {"smollm2": 3.94},
+                "looping_by_model": {"smollm2": 0.06},
                 "judge": {"relevance": 4.1, "clarity": 4.0, "informativeness": 3.8, "factual_correctness": 3.9},
                 "attacks": {"deletion": {"roc_auc": 0.8, "tpr_at_fpr": 0.2}}},
         "wip": {"num_positive": 50, "num_negative": 50, "roc_auc": 0.64, "roc_auc_ci": [0.53, 0.74],
@@ -55,7 +56,7 @@ def test_card_round_trips_through_huggingface_hub(results_file, tmp_path):
     assert got[("wip", "roc_auc")] == 0.64 and ("wip", "perplexity") not in got  # null values are left out
     assert all(r.dataset_type == "my-org/ICWBench" and r.dataset_split == "test" for r in data.eval_results)
     assert "| TSP (Token-Set Preference) | 50/50 | 0.913 | [0.850, 0.960] | TPR@1%FPR: 0.420 |" in card.text
-    assert "| [0.200, 0.600] | 5.21 | 3.94 | 3.95 |" in card.text  # PPL mean, median, judge
+    assert "| [0.200, 0.600] | 5.21 | 3.94 | 0.06 | 3.95 |" in card.text  # PPL mean, median, looping, judge
     assert "deletion: AUC 0.800" in card.text
     assert "Learning to Follow In-Context Watermark Instructions via Self-Distillation" in card.text
     # the Hub's .eval_results/*.yaml files

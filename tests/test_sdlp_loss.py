@@ -8,7 +8,7 @@ import torch
 
 from icw import ICWKey
 from icw.keys import green_mask
-from icw.processors import SentenceAcrosticLogitsProcessor
+from icw.processors import SentenceAcrosticLogitsProcessor, TokenSetPreferenceLogitsProcessor
 from icw.train.sdlp import (
     SDLPCollator,
     SDLPConfig,
@@ -94,6 +94,74 @@ def test_chunked_loss_from_hidden_states_matches_dense_loss(chunk):
     assert got.item() == pytest.approx(want.item(), rel=1e-5)
     got.backward()
     assert head_t.weight.grad is None and head_s.weight.grad is not None and hs.grad is not None
+
+
+@pytest.mark.parametrize("chunk", [1, 64])
+def test_chunked_loss_with_unused_only_rows_matches_the_dense_replay(chunk):
+    gen = torch.Generator().manual_seed(4)
+    head_s, head_t = torch.nn.Linear(6, 30, bias=False), torch.nn.Linear(6, 30, bias=False)
+    hs, ht = torch.randn(2, 5, 6, generator=gen), torch.randn(2, 5, 6, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]).float()
+    rows = torch.zeros(3, 30, dtype=torch.bool)
+    rows[1, :12] = rows[2, 5:20] = True
+    values, gated = torch.tensor([0.0, 4.0, 3.0]), torch.tensor([False, True, False])
+    index = torch.tensor([[1, 1, 1, 1, 1], [2, 2, 2, 0, 0]])
+    ids = torch.tensor([[3, 7, 3, 25, 7], [6, 6, 8, 30, 30]])  # row 0 repeats green tokens; 30 pads row 1
+    top_k = torch.tensor([0, 4])
+    got = chunked_sdlp_loss(hs, ht, head_s, head_t, mask, rows, values, index, top_k, chunk, gated, ids)
+    delta = rows[index].float() * values[index][..., None]
+    for t in range(1, 5):  # row 0 only: no bias on tokens it used before t
+        delta[0, t, ids[0, :t]] = 0.0
+    s_logits, t_logits = head_s(hs), head_t(ht)
+    want = sum(sdlp_loss(s_logits[b : b + 1], t_logits[b : b + 1], mask[b : b + 1], delta[b : b + 1],
+                         top_k=int(top_k[b]) or None) for b in range(2)) / 2
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    ungated = chunked_sdlp_loss(hs, ht, head_s, head_t, mask, rows, values, index, top_k, chunk)
+    assert ungated.item() != pytest.approx(got.item(), rel=1e-3)  # the gate changed the target
+
+
+class _TSPRecorder(TokenSetPreferenceLogitsProcessor):
+    def __call__(self, input_ids, scores):
+        out = super().__call__(input_ids, scores)
+        self.applied.append((out - scores)[0].clone())
+        return out
+
+
+def test_unused_only_replay_matches_what_the_processor_applied_during_generation(tiny_qwen):
+    """The SDLP teacher's gated TSP bias (collator, loss) is the one the processor applies when generating:
+    delta on the green set, except on the green tokens the answer already holds."""
+    model, tok = tiny_qwen
+    key = ICWKey.create("tsp", seed=3, tokenizer=tok, pool_size=40)
+    rec = _TSPRecorder(key, tok, delta=12.0, unused_only=True)  # strong enough that greens repeat if allowed
+    rec.applied = []
+    enc = tok(["Why is the sky blue?"], return_tensors="pt")
+    torch.manual_seed(0)
+    out = model.generate(**enc, logits_processor=[rec], max_new_tokens=20, do_sample=True, pad_token_id=tok.eos_token_id)
+    ids = out[0, enc["input_ids"].shape[1] :].tolist()
+    applied = torch.stack(rec.applied)[: len(ids)]
+    replayed = teacher_delta(key, ids, tok, delta=12.0, vocab_size=applied.shape[-1], unused_only=True)
+    assert torch.allclose(replayed, applied, atol=1e-3)
+    green = set(key.token_set(tok).tolist())
+    used_green = [t for t in ids[:-1] if t in green]
+    assert used_green, "the bias should have made the model use green tokens"
+    assert all(applied[-1][t] == 0 for t in used_green) and applied[0][used_green[0]] > 0
+    static = teacher_delta(key, ids, tok, delta=12.0, vocab_size=applied.shape[-1])
+    assert not torch.equal(static, replayed)  # the gate removed the bias from used tokens
+
+
+def test_collator_marks_only_tsp_rows_for_unused_only(qwen3):
+    keys = {f: ICWKey.create(f, seed=1, tokenizer=qwen3, **({"pool_size": 400} if f == "tsp" else {})).to_string()
+            for f in ("tsp", "wip")}
+    rows = [{"family": f, "key": keys[f], "query": "Why do cats purr?", "response": "Cats purr, cats purr.", "label": 1}
+            for f in ("tsp", "wip")]
+    feats = [{**r, **tokenize_row(r, qwen3)} for r in rows]
+    plain = SDLPCollator(qwen3, len(qwen3), SDLPConfig(output_dir="unused", report_to="none"))(feats)
+    assert "bias_unused_only" not in plain and "response_ids" not in plain
+    config = SDLPConfig(output_dir="unused", report_to="none", tsp_unused_only=True)
+    batch = SDLPCollator(qwen3, len(qwen3), config)(feats)
+    gated = batch["bias_unused_only"][batch["bias_index"][:, 0]]
+    assert gated.tolist() == [True, False]
+    assert batch["response_ids"][0, : len(feats[0]["response_ids"])].tolist() == feats[0]["response_ids"]
 
 
 def _processor_replay(key, ids, tok, width):

@@ -60,10 +60,10 @@ def check_stats(stats: Any, where: str) -> None:
             raise ValueError(f"{where}.{name} must be a [low, high] pair, got {ci!r:.60}")
         for value in ci or ():
             number(value, name)
-    for name in ("judge", "attacks", "ppl_median_by_model"):
+    for name in ("judge", "attacks", "ppl_median_by_model", "looping_by_model"):
         if stats.get(name) is not None and not isinstance(stats[name], dict):
             raise ValueError(f"{where}.{name} must be an object, got {stats[name]!r:.60}")
-    for name in ("judge", "ppl_median_by_model"):
+    for name in ("judge", "ppl_median_by_model", "looping_by_model"):
         for field, value in (stats.get(name) or {}).items():
             number(value, f"{name}.{field}")
     for attack, got in (stats.get("attacks") or {}).items():

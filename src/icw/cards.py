@@ -296,7 +296,7 @@ def _stages_table(stages: dict | str | Path) -> str:
 
 def _row(family: str, stats: dict[str, Any]) -> dict[str, str]:
     """One family's row of the card's results table."""
-    judge, medians = stats.get("judge") or {}, stats.get("ppl_median_by_model") or {}
+    judge, medians, looping = (stats.get(k) or {} for k in ("judge", "ppl_median_by_model", "looping_by_model"))
     judge_mean = float(np.mean([v for v in judge.values() if v is not None])) if judge else None
     return {
         "family": family.upper(), "name": FAMILY_NAMES[family],
@@ -305,6 +305,7 @@ def _row(family: str, stats: dict[str, Any]) -> dict[str, str]:
         "tpr_at_fpr": _fmt(stats.get("tpr_at_fpr")), "tpr_at_fpr_ci": _interval(stats.get("tpr_at_fpr_ci")),
         "tpr_label": _label("TPR@{rate}FPR", stats), "ppl": _fmt(stats.get("ppl"), 2),
         "ppl_median": _fmt(np.mean(list(medians.values())) if medians else None, 2), "judge": _fmt(judge_mean, 2),
+        "looping": _fmt(np.mean(list(looping.values())) if looping else None, 2),
         "attacks": ", ".join(f"{name}: AUC {_fmt(a.get('roc_auc'))}" for name, a in (stats.get("attacks") or {}).items()),
     }
 

@@ -132,6 +132,12 @@ class TokenSetPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
         delta (`float`, *optional*, defaults to 3.0):
             Bias strength added to the logits (``icw.keys.DEFAULT_DELTA``, the paper's synthesis value;
             SDLP trains with 5.0).
+        unused_only (`bool`, *optional*, defaults to `False`):
+            Bias only the green tokens the answer has not used yet,
+            ``Delta_t[v] = delta * 1[v in T, v not in y_<t]``. The verifier counts distinct tokens, so a
+            repeated green token adds nothing to ``z``; with a small candidate pool (a few hundred tokens)
+            the static bias at ``delta`` >= 4 makes a small model loop on them (SmolLM2-135M, pool 300,
+            ``delta`` 5: 27 of 32 answers), and the gate keeps the signal without the loops (0 of 32).
 
     Tip:
         The bias table is ``(num_keys, vocab)`` and is placed on the logits' device once; pass one
@@ -162,6 +168,22 @@ class TokenSetPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
     """
 
     family = "tsp"
+
+    def __init__(self, keys: ICWKey | str | list, tokenizer: Any, delta: float | None = None,
+                 unused_only: bool = False) -> None:
+        super().__init__(keys, tokenizer, delta)
+        self.unused_only = unused_only
+        self._prompt_length = 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[1] <= self._length or self._length < 0:
+            self._prompt_length = input_ids.shape[1]
+        biased = super().__call__(input_ids, scores)
+        answer = input_ids[:, self._prompt_length :]
+        if not self.unused_only or not answer.shape[1]:
+            return biased
+        used = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, answer, True)
+        return torch.where(used, scores, biased)
 
 
 class WordInitialPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):

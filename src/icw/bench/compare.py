@@ -11,8 +11,8 @@ the same questions under the same keys, so a stage's effect is measured on pairs
   each answer's perplexity, with the Wilcoxon test of the log ratios.
 
 Beside them each stage keeps its own ``icw bench report`` summary (AUC and TPR@1%FPR with bootstrap
-intervals, verdict TPR and FPR with Clopper-Pearson intervals), and its median perplexity as a multiple of
-the first run's. Writes ``stages.md`` and ``stages.json`` into ``--out`` and prints the table.
+intervals, verdict TPR and FPR with Clopper-Pearson intervals), its median perplexity as a multiple of
+the first run's and its share of looping answers (seq-rep-4 >= 0.5). Writes ``stages.md`` and ``stages.json`` into ``--out`` and prints the table.
 """
 
 from __future__ import annotations
@@ -135,11 +135,13 @@ def markdown(result: dict[str, Any]) -> str:
         base_ppl = rows[0]["median_ppl"].get(family)
         lines += [f"### {FAMILY_NAMES[family]} ({family.upper()})", "",
                   f"| stage | answers | AUC (95% CI) | TPR@1%FPR (95% CI) | verdict TPR / FPR at p <= {alpha} | "
-                  "median PPL of instructed answers (x first) | paired change from the stage before |",
-                  "|---|---|---|---|---|---|---|"]
+                  "median PPL of instructed answers (x first) | looping | paired change from the stage before |",
+                  "|---|---|---|---|---|---|---|---|"]
         for s in rows:
             f, ppl = s["families"][family], s["median_ppl"].get(family)
             ratio = f"{ppl:.2f} ({ppl / base_ppl:.2f}x)" if ppl and base_ppl else "not measured"
+            looping = f.get("looping_by_model") or {}
+            loop_share = f"{np.mean(list(looping.values())):.2f}" if looping else "not measured"
             paired = (s.get("paired") or {}).get(family)
             change = "" if not paired else (
                 f"z {paired['mean_z_change']:+.2f} (Wilcoxon p {paired['wilcoxon_p']:.2g}); flagged only after "
@@ -149,8 +151,11 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {s['label']} | {f['num_positive']} + {f['num_negative']} | "
                          f"{_cell(f['roc_auc'], f.get('roc_auc_ci'))} | {_cell(f.get('tpr_at_fpr'), f.get('tpr_at_fpr_ci'))} | "
                          f"{_cell(f.get('verdict_tpr'), digits=2)} / {_cell(f.get('verdict_fpr'), digits=2)} | "
-                         f"{ratio} | {change} |")
+                         f"{ratio} | {loop_share} | {change} |")
         lines.append("")
+    if any(f.get("looping_by_model") for s in stages for f in s["families"].values()):
+        lines += ["Looping: the share of instructed answers with seq-rep-4 >= 0.5 (perplexity reads a loop as fluent).",
+                  ""]
     return "\n".join(lines)
 
 

@@ -4,6 +4,8 @@
   (:func:`icw.perplexity.perplexities`: the response scored after the query rendered with
   ``M``'s chat template; the paper used two large models, the default here is the embedded
   SmolLM2, any transformers model can be named). An empty response is stored with value ``null``.
+* Repetition, beside each perplexity: seq-rep-4 (:func:`seq_rep_n`) of the response in ``M``'s tokens.
+  A looping answer has a low perplexity, so perplexity alone reads degenerate text as fluent.
 * Judge: an OpenAI-compatible chat model rates Relevance, Clarity, Informativeness and
   Factual Correctness from 1 to 5. Replies are parsed robustly (JSON, ``name: n`` lines, or
   four bare digits); an unparsable reply is retried and, if it stays unparsable, recorded
@@ -14,13 +16,15 @@
   attacked positive is scored, with the same re-asking and failure records as the judge.
 
 Results go to ``RUN_DIR/quality.jsonl`` keyed like the responses (with ``attack`` holding
-``ppl:<reference>``, ``judge:<model>`` or ``coverage:<attack>:<model>``), so quality is resumable too.
+``ppl:<reference>``, ``rep4:<reference>``, ``judge:<model>`` or ``coverage:<attack>:<model>``), so quality is
+resumable too.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -73,6 +77,50 @@ def perplexity_family(store: Any, quality: Any, model_id: str, family: str, refe
         values = perplexities(model, tok, [r["query"] for r in part], [r["response"] for r in part], batch_size)
         quality.append({**_qkey(r), "attack": tag, "metric": "ppl", "reference": reference, "value": v}
                        for r, v in zip(part, values, strict=True))
+    return len(todo)
+
+
+#: seq-rep-n's n, and the seq-rep-4 from which an answer counts as looping (half its 4-grams repeat an earlier one).
+REPETITION_N = 4
+LOOPING_REP = 0.5
+
+
+def seq_rep_n(token_ids: Sequence[int], n: int = REPETITION_N) -> float:
+    """seq-rep-n (Welleck et al., 2020, "Neural Text Generation with Unlikelihood Training"): the share of a
+    text's n-grams that repeat an earlier one, ``1 - |unique n-grams| / |n-grams|`` (0 for fewer than n tokens).
+
+    Args:
+        token_ids (`Sequence[int]`): the text's tokens.
+        n (`int`, defaults to 4): the n-gram length.
+
+    Example:
+        >>> seq_rep_n([1, 2, 3, 4, 5, 6]), seq_rep_n([1, 2, 1, 2, 1, 2, 1, 2], n=2)
+        (0.0, 0.7142857142857143)
+    """
+    grams = [tuple(token_ids[i : i + n]) for i in range(len(token_ids) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def repetition_family(store: Any, quality: Any, model_id: str, family: str, reference: str) -> int:
+    """seq-rep-4 of every finished, unattacked positive of ``family`` in ``reference``'s tokens.
+
+    Args:
+        store: the run's result store (finished responses).
+        quality: the ``quality.jsonl`` store the values are appended to.
+        model_id (`str`): the evaluated model's name, recorded with each row.
+        family (`str`): the family to score.
+        reference (`str`): the reference model whose tokenizer splits the answers.
+    """
+    from ..models import load_tokenizer
+
+    tag = f"rep{REPETITION_N}:{reference}"
+    todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
+            and r.get("attack", "none") == "none" and not r.get("error")
+            and not quality.done({**_qkey(r), "attack": tag})]
+    if todo:
+        tok = load_tokenizer(reference)
+        quality.append({**_qkey(r), "attack": tag, "metric": f"seq_rep_{REPETITION_N}", "reference": reference,
+                        "value": seq_rep_n(tok(r["response"], add_special_tokens=False)["input_ids"])} for r in todo)
     return len(todo)
 
 

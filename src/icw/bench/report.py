@@ -6,7 +6,8 @@ Writes into the run directory:
 * ``report.md``: detection in the layout of the paper's Table 2 (ROC-AUC and TPR@1%FPR per
   family), the verdict-based TPR and FPR of the exact p-values at ``alpha`` with Clopper-Pearson
   intervals, quality in the layout of Table 3 (perplexity per reference model, the four judge
-  scores and their mean), mean z of positives vs negatives, AUC after each attack, and the
+  scores and their mean; beside them the share of looping answers, seq-rep-4 >= 0.5, which perplexity
+  reads as fluent), mean z of positives vs negatives, AUC after each attack, and the
   evasion success rate (ESR) of every attack at utility and, when the judge scored the attacks
   (``icw bench run --attacks ... --judge-url ...``), Coverage constraints (:func:`evasion`);
 
@@ -33,7 +34,7 @@ from ..argtypes import open_unit, positive_int
 from ..jsonl import read_json_object
 from ..keys import FAMILIES, FAMILY_NAMES, as_key
 from ..text import sentence_initial_spans
-from .quality import JUDGE_DIMENSIONS
+from .quality import JUDGE_DIMENSIONS, LOOPING_REP, REPETITION_N
 from .runner import QUALITY, RESPONSES, RUN_CONFIG, load_records
 from .scoring import detection_summary, paired_scores
 
@@ -109,6 +110,7 @@ def summarize(run_dir: str | Path, num_bootstrap: int = 1000, alpha: float = 0.0
                                            f"at least {MIN_NEGATIVES_FOR_TPR_AT_1FPR} are needed")
         summary.update(verdict_rates(records, family, alpha) or {})
         summary["ppl"], summary["ppl_by_model"], summary["ppl_median_by_model"] = _perplexity(quality, family)
+        summary["seq_rep_by_model"], summary["looping_by_model"] = _repetition(quality, family)
         summary["judge"], summary["judge_failures"] = _judge(quality, family)
         if family == "sa":
             summary["sa_openings"] = sa_openings(records)
@@ -257,6 +259,16 @@ def _perplexity(quality: list[dict[str, Any]], family: str
     return (float(np.mean(list(means.values()))) if means else None), means, medians
 
 
+def _repetition(quality: list[dict[str, Any]], family: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Per reference model, the instructed answers' mean seq-rep-4 and the share that loop (seq-rep-4 >= 0.5)."""
+    by_model: dict[str, list[float]] = {}
+    for q in quality:
+        if q.get("family") == family and q.get("metric") == f"seq_rep_{REPETITION_N}" and q.get("value") is not None:
+            by_model.setdefault(q["reference"], []).append(q["value"])
+    return ({m: float(np.mean(v)) for m, v in by_model.items()},
+            {m: float(np.mean(np.asarray(v) >= LOOPING_REP)) for m, v in by_model.items()})
+
+
 def _judge(quality: list[dict[str, Any]], family: str) -> tuple[dict[str, float] | None, int]:
     rows = [q for q in quality if q.get("family") == family and q.get("metric") == "judge"]
     scored = [q["scores"] for q in rows if q.get("scores")]
@@ -321,18 +333,23 @@ def markdown(result: dict[str, Any]) -> str:
     if small:
         lines += ["", f"TPR@1%FPR is not estimable with fewer than {MIN_NEGATIVES_FOR_TPR_AT_1FPR} negatives: "
                   f"{', '.join(small)}. The verdict rates use the exact p-values and hold at any sample size."]
-    refs = sorted({m for f in fams for m in F[f].get("ppl_by_model", {})})
+    refs = sorted({m for f in fams for stat in ("ppl_by_model", "looping_by_model") for m in F[f].get(stat, {})})
     if refs or any(F[f].get("judge") for f in fams):
-        head = [f"{stat} ({r})" for r in refs for stat in ("PPL", "median PPL")]
+        head = [f"{stat} ({r})" for r in refs for stat in ("PPL", "median PPL", "looping")]
         head += [_JUDGE_SHORT[d] for d in JUDGE_DIMENSIONS] + ["Avg"]
         lines += ["", "## Quality (paper Table 3)", "",
                   "| Family | " + " | ".join(head) + " | judge failures |", "|---|" + "---:|" * (len(head) + 1)]
         for f in fams:
             s, judge = F[f], F[f].get("judge")
-            cells = [_fmt(s.get(stat, {}).get(r), 2) for r in refs for stat in ("ppl_by_model", "ppl_median_by_model")]
+            cells = [_fmt(s.get(stat, {}).get(r), 2) for r in refs
+                     for stat in ("ppl_by_model", "ppl_median_by_model", "looping_by_model")]
             cells += [_fmt(judge[d], 2) if judge else "-" for d in JUDGE_DIMENSIONS]
             cells.append(_fmt(float(np.mean(list(judge.values()))), 2) if judge else "-")
             lines.append(f"| {f.upper()} | " + " | ".join(cells) + f" | {s.get('judge_failures', 0)} |")
+        if refs:
+            lines += ["", f"Looping: the share of instructed answers with seq-rep-{REPETITION_N} >= {LOOPING_REP:g} (half "
+                      f"their {REPETITION_N}-grams repeat an earlier one, in the reference model's tokens); a loop has a "
+                      "low perplexity, so read the two together."]
     attacks = sorted({a for f in fams for a in F[f].get("attacks", {})})
     if attacks:
         lines += ["", "## Robustness: AUC (TPR at the report's FPR) after each attack", "",

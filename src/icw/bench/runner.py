@@ -447,11 +447,12 @@ def run(config: RunConfig, backend: Backend | None = None) -> Path:
                                        config.attack_adapter)
             attack_family(store, config.model_id(), family, attacks)
         if config.ppl_models or config.judge_url:
-            from .quality import coverage_family, judge_family, perplexity_family
+            from .quality import coverage_family, judge_family, perplexity_family, repetition_family
 
             quality = ResultStore(out / QUALITY)
             for ref in config.ppl_models:
                 perplexity_family(store, quality, config.model_id(), family, ref)
+                repetition_family(store, quality, config.model_id(), family, ref)
             if config.judge_url:
                 if judge is None:
                     from .backends import ChatClient

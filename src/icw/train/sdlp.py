@@ -103,7 +103,9 @@ class SDLPCollator:
     same for the student, where ``*_positions[b, t]`` is the index whose logits predict response
     token ``t``; ``response_mask`` ``(B, T)``; the perturbation as a boolean table ``bias_rows``
     ``(M, V)`` with strengths ``bias_values`` ``(M,)`` and ``bias_index`` ``(B, T)`` (row 0 is
-    all False: no bias); ``top_k`` ``(B,)`` (0: full vocabulary).
+    all False: no bias); ``top_k`` ``(B,)`` (0: full vocabulary). With ``tsp_unused_only`` also
+    ``bias_unused_only`` ``(M,)`` (the rows whose bias skips tokens the response used before ``t``) and
+    ``response_ids`` ``(B, T)`` (padded with ``V``).
 
     Args:
         tokenizer: the tokenizer (its pad id pads the sequences).
@@ -147,6 +149,7 @@ class SDLPCollator:
 
         rows: list[np.ndarray] = [np.zeros(self.vocab_size, dtype=bool)]
         values: list[float] = [0.0]
+        unused_only: list[bool] = [False]
         index = torch.zeros(len(features), width, dtype=torch.long)
         top_k = []
         sa_offset = None
@@ -164,15 +167,20 @@ class SDLPCollator:
                     sa_offset = len(rows)
                     rows.extend(self._sa_table)  # its last row (SA_NO_BIAS) is empty
                     values.extend([cfg.delta("sa")] * len(self._sa_table))
+                    unused_only.extend([False] * len(self._sa_table))
                 codes = sa_bias_codes(key.secret_string, responses[b], self.view)
                 index[b, : len(codes)] = sa_offset + torch.tensor(codes)
             else:
                 rows.append(self._width(green_mask(key, key.check_tokenizer(self.tokenizer))))
                 values.append(cfg.delta(family))
+                unused_only.append(family == "tsp" and cfg.tsp_unused_only)
                 index[b, : len(responses[b])] = len(rows) - 1
         batch["bias_rows"] = torch.from_numpy(np.stack(rows))
         batch["bias_values"] = torch.tensor(values, dtype=torch.float32)
         batch["bias_index"] = index * batch["response_mask"].long()
+        if any(unused_only):
+            batch["bias_unused_only"] = torch.tensor(unused_only)
+            batch["response_ids"] = self._pad(responses, self.vocab_size)
         batch["top_k"] = torch.tensor(top_k, dtype=torch.long)
         batch["rows"] = Rows([{k: f[k] for k in ("family", "key", "watermarked", "teacher_prompt_ids",
                                                   "student_prompt_ids") if k in f} for f in features])
@@ -219,9 +227,13 @@ def _head_fn(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
 def chunked_sdlp_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, student_head: Callable,
                       teacher_head: Callable, response_mask: torch.Tensor, bias_rows: torch.Tensor,
                       bias_values: torch.Tensor, bias_index: torch.Tensor, top_k: torch.Tensor,
-                      chunk_size: int = 256) -> torch.Tensor:
+                      chunk_size: int = 256, bias_unused_only: torch.Tensor | None = None,
+                      response_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The SDLP loss from hidden states at the response positions (``(B, T, H)`` each), applying
     the output heads chunk by chunk over the ``N`` real response positions.
+
+    ``bias_unused_only`` ``(M,)`` marks bias rows that skip the tokens of ``response_ids`` ``(B, T)``
+    before each position (:class:`SDLPCollator` with ``tsp_unused_only``).
 
     ``top_k[b] == 0`` means the full vocabulary for row ``b``; the full-vocabulary path runs each
     chunk under activation checkpointing so nothing of size ``V`` is kept for backward.
@@ -230,18 +242,27 @@ def chunked_sdlp_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor
     mask = response_mask.bool()
     rows = torch.arange(batch, device=mask.device)[:, None].expand_as(mask)[mask]
     s_h, t_h, b_idx = student_hidden[mask], teacher_hidden[mask], bias_index[mask]
+    t_pos = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)[mask]
     k_pos = top_k.to(mask.device)[rows]
     total = student_hidden.new_zeros((), dtype=torch.float32)
 
-    def teacher_logits(h: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def teacher_logits(h: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             logits = teacher_head(h).float()
+            b = b_idx[part]
             delta = bias_rows[b].to(logits.dtype)
             delta.mul_(bias_values.to(logits.device)[b, None])
+            if bias_unused_only is not None:
+                gated = bias_unused_only.to(logits.device)[b]
+                earlier = response_ids[rows[part]].clone()  # tokens before each position; later ones point past V
+                earlier[torch.arange(earlier.shape[1], device=earlier.device) >= t_pos[part, None]] = logits.shape[-1]
+                used = torch.zeros(len(part), logits.shape[-1] + 1, dtype=torch.bool, device=logits.device)
+                used.scatter_(1, earlier.clamp(max=logits.shape[-1]), True)
+                delta.masked_fill_(used[:, :-1] & gated[:, None], 0.0)
             return logits.add_(delta)
 
-    def full_vocab(h_s: torch.Tensor, h_t: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return _kl_on_support(teacher_logits(h_t, b), lambda: student_head(h_s), None).sum()
+    def full_vocab(h_s: torch.Tensor, h_t: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        return _kl_on_support(teacher_logits(h_t, part), lambda: student_head(h_s), None).sum()
 
     for k in torch.unique(k_pos).tolist():
         sel = torch.nonzero(k_pos == k).squeeze(-1)
@@ -249,11 +270,11 @@ def chunked_sdlp_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor
             part = sel[start : start + chunk_size]
             if k == 0:
                 if torch.is_grad_enabled():
-                    total = total + checkpoint(full_vocab, s_h[part], t_h[part], b_idx[part], use_reentrant=False)
+                    total = total + checkpoint(full_vocab, s_h[part], t_h[part], part, use_reentrant=False)
                 else:
-                    total = total + full_vocab(s_h[part], t_h[part], b_idx[part])
+                    total = total + full_vocab(s_h[part], t_h[part], part)
             else:
-                t_logits = teacher_logits(t_h[part], b_idx[part])
+                t_logits = teacher_logits(t_h[part], part)
                 total = total + _kl_on_support(t_logits, lambda p=part: student_head(s_h[p]), int(k)).sum()
     return total / batch
 
@@ -389,7 +410,8 @@ class SDLPTrainer(Trainer):
         loss = chunked_sdlp_loss(
             gather(s_hidden, inputs["student_positions"]), gather(t_hidden, inputs["teacher_positions"]).detach(),
             _head_fn(model), t_head, inputs["response_mask"], inputs["bias_rows"], inputs["bias_values"],
-            inputs["bias_index"], inputs["top_k"], self.args.loss_chunk_size)
+            inputs["bias_index"], inputs["top_k"], self.args.loss_chunk_size, inputs.get("bias_unused_only"),
+            inputs.get("response_ids"))
         return (loss, {}) if return_outputs else loss
 
     def prediction_step(self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool,
@@ -407,7 +429,7 @@ def check_families(families: Sequence[str]) -> None:
 
 
 def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any, delta: float | None = None,
-                  vocab_size: int | None = None) -> torch.Tensor:
+                  vocab_size: int | None = None, unused_only: bool = False) -> torch.Tensor:
     """``Delta_t`` for every position of a response as a dense ``(T, V)`` tensor (for inspection
     and tests; the trainer keeps it compact).
 
@@ -417,6 +439,8 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
         tokenizer: the tokenizer of the ids.
         delta (`float`, *optional*): bias strength (default: the family's training delta).
         vocab_size (`int`, *optional*): the tensor's width ``V`` (default: the tokenizer's vocabulary size).
+        unused_only (`bool`, *optional*): TSP: no bias on tokens the response used before each position
+            (:class:`SDLPConfig` ``tsp_unused_only``).
     """
     key = as_key(key)
     view = key.check_tokenizer(tokenizer) if key.family != "sa" else vocabulary(tokenizer)
@@ -427,7 +451,11 @@ def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any
         table = torch.from_numpy(collator._width(sa_bias_rows(view))).float() * delta
         return table[torch.tensor(sa_bias_codes(key.secret_string, response_ids, view), dtype=torch.long)]
     mask = torch.from_numpy(collator._width(green_mask(key, view))).float() * delta
-    return mask.expand(len(response_ids), -1).clone()
+    table = mask.expand(len(response_ids), -1).clone()
+    if unused_only and key.family == "tsp":
+        for t in range(1, len(response_ids)):
+            table[t, list(response_ids[:t])] = 0.0
+    return table
 
 
 

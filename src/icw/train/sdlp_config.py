@@ -41,6 +41,11 @@ class SDLPConfig(TrainingArguments):
             Strength added on the green word-initial tokens of WIP rows.
         delta_sa (`float`, *optional*, defaults to `8.0`):
             Strength added at active sentence starts of SA rows (replayed along the response).
+        tsp_unused_only (`bool`, *optional*, defaults to `False`):
+            Bias only the green tokens the response has not used yet (TSP rows), as
+            :class:`~icw.processors.TokenSetPreferenceLogitsProcessor` ``unused_only`` does. The verifier
+            counts distinct tokens; with a candidate pool of a few hundred tokens the static bias at 5.0
+            makes SmolLM2-135M's teacher loop on green tokens, and an on-policy student learns the loops.
 
         > Parameters that control the loss
 
@@ -136,6 +141,9 @@ class SDLPConfig(TrainingArguments):
     delta_tsp: float = field(default=TRAIN_DELTA["tsp"], metadata={"help": "Teacher bias strength for TSP rows."})
     delta_wip: float = field(default=TRAIN_DELTA["wip"], metadata={"help": "Teacher bias strength for WIP rows."})
     delta_sa: float = field(default=TRAIN_DELTA["sa"], metadata={"help": "Teacher bias strength for SA rows."})
+    tsp_unused_only: bool = field(
+        default=False, metadata={"help": "TSP rows: bias only the green tokens the response has not used yet (the "
+                                         "verifier counts distinct tokens; a small pool's static bias loops)."})
     top_k_tsp: int = field(default=_TOP_K_FIELD["tsp"],
                            metadata={"help": "Teacher top-k support for TSP rows (0: full vocabulary)."})
     top_k_wip: int = field(default=_TOP_K_FIELD["wip"],
