@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from icw import ICWKey
+from icw.acrostic import sa_bias_codes, sa_bias_rows
 from icw.keys import green_mask
-from icw.processors import sa_bias_codes, sa_bias_rows
 from icw.train.probe import acrostic_transitions, key_swap_probe, other_key
 from icw.vocab import vocabulary
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from icw.processors import SentenceMoves
+from icw.acrostic import SentenceMoves
 from icw.text import START, advance, sentence_initial_spans, sentence_initials
 from icw.vocab import vocabulary
 

@@ -22,15 +22,14 @@ SA processor for a new ``generate`` call that continues the previous output with
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from transformers import LogitsProcessor
 
+from .acrostic import AcrosticState, SentenceMoves, sa_bias_rows
 from .keys import DEFAULT_DELTA, ICWKey, ICWKeyError, as_key, green_mask
-from .text import START, SentenceState, advance
 from .vocab import VocabularyView
 
 
@@ -107,6 +106,7 @@ class _StaticBiasLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[1] <= self._length or self._length < 0:  # a generation starts: rows are prompts
             check_key_rows(len(self.keys), input_ids)
+            self._prompt_length = input_ids.shape[1]
         self._length = input_ids.shape[1]
         bias = self._bias.get(scores)
         index = _row_index(len(self.keys), scores.shape[0])
@@ -133,11 +133,9 @@ class TokenSetPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
             Bias strength added to the logits (``icw.keys.DEFAULT_DELTA``, the paper's synthesis value;
             SDLP trains with 5.0).
         unused_only (`bool`, *optional*, defaults to `False`):
-            Bias only the green tokens the answer has not used yet,
-            ``Delta_t[v] = delta * 1[v in T, v not in y_<t]``. The verifier counts distinct tokens, so a
-            repeated green token adds nothing to ``z``; with a small candidate pool (a few hundred tokens)
-            the static bias at ``delta`` >= 4 makes a small model loop on them (SmolLM2-135M, pool 300,
-            ``delta`` 5: 27 of 32 answers), and the gate keeps the signal without the loops (0 of 32).
+            ``Delta_t[v] = delta * 1[v in T, v not in y_<t]``: the verifier counts distinct tokens. With a
+            300-token pool the static bias at 5 loops SmolLM2-135M on green tokens (24 of 32 answers), the
+            gate at 4 does not (1 of 32; ``scripts/tsp_teacher.py``).
 
     Tip:
         The bias table is ``(num_keys, vocab)`` and is placed on the logits' device once; pass one
@@ -173,16 +171,12 @@ class TokenSetPreferenceLogitsProcessor(_StaticBiasLogitsProcessor):
                  unused_only: bool = False) -> None:
         super().__init__(keys, tokenizer, delta)
         self.unused_only = unused_only
-        self._prompt_length = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if input_ids.shape[1] <= self._length or self._length < 0:
-            self._prompt_length = input_ids.shape[1]
         biased = super().__call__(input_ids, scores)
-        answer = input_ids[:, self._prompt_length :]
-        if not self.unused_only or not answer.shape[1]:
+        if not self.unused_only:
             return biased
-        used = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, answer, True)
+        used = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, input_ids[:, self._prompt_length :], True)
         return torch.where(used, scores, biased)
 
 
@@ -383,112 +377,6 @@ class SentenceAcrosticLogitsProcessor(LogitsProcessor):
         self.rows = [self._replay(k, tokens) for k, tokens in zip(self._key_index(len(ids)), ids, strict=True)]
         self._prev = None
         return self.tracked_letters
-
-
-#: Row of :func:`sa_bias_rows` that adds nothing (the acrostic is inactive).
-SA_NO_BIAS = 52
-
-
-def sa_bias_rows(view: VocabularyView) -> np.ndarray:
-    """``(53, |V|)`` boolean rows of the SA bias: 0-25 tokens opening a sentence with that
-    letter; 26-51 the same restricted to tokens that start with whitespace (right after
-    ``[.!?]`` whitespace must come first); :data:`SA_NO_BIAS` none.
-
-    Args:
-        view (`VocabularyView`): the tokenizer's vocabulary facts.
-    """
-    rows = np.zeros((53, view.size), dtype=bool)
-    for c in range(26):
-        rows[c] = view.lead_letter == c
-        rows[26 + c] = rows[c] & view.lead_space
-    return rows
-
-
-class SentenceMoves:
-    """The sentence automaton of :mod:`icw.text` stepped one token at a time: each
-    (state, token) transition is computed once from the token's surface, then memoized.
-
-    Args:
-        view (`VocabularyView`): the tokenizer's vocabulary facts (token surfaces).
-    """
-
-    def __init__(self, view: VocabularyView) -> None:
-        self.view = view
-        self._cache: dict[tuple[SentenceState, int], tuple[SentenceState, str]] = {}
-
-    def __call__(self, state: SentenceState, token: int) -> tuple[SentenceState, str]:
-        """The next state and the sentence-initial letters the token completes."""
-        found = self._cache.get((state, token))
-        if found is None:
-            surface = self.view.surfaces[token] if 0 <= token < self.view.size else ""
-            new, letters = advance(state, surface)
-            found = self._cache[(state, token)] = (new, "".join(c for _, c in letters))
-        return found
-
-
-class AcrosticState:
-    """One row of the SA perturbation: automaton state, target index ``tau`` and miss counter
-    ``f``. :meth:`bias_row` is ``Delta_t`` (a row of :func:`sa_bias_rows`) before a token,
-    :meth:`observe` advances past it. Generation (the processor) and teacher forcing (SDLP's
-    replay) share this, so both apply the same ``Delta_t``.
-
-    Args:
-        secret (`str`): the SA secret ``S`` (upper-case letters).
-        moves (`SentenceMoves` or `None`): the tokenizer's shared, memoized automaton transitions (`None`:
-            text already split into sentence-initial letters, fed one at a time to :meth:`read`).
-    """
-
-    max_misses = 3
-
-    def __init__(self, secret: str, moves: SentenceMoves | None = None) -> None:
-        self.secret, self.moves = secret.upper(), moves
-        self.state: SentenceState = START
-        self.target = self.misses = 0
-        self.letters = ""
-
-    def bias_row(self) -> int:
-        if self.target < len(self.secret):
-            if self.state.opens_sentence:
-                return ord(self.secret[self.target]) - 65
-            if self.state.ends_sentence:
-                return 26 + ord(self.secret[self.target]) - 65
-        return SA_NO_BIAS
-
-    def observe(self, token: int) -> None:
-        self.state, letters = self.moves(self.state, token)
-        self.letters += letters
-        for letter in letters:
-            self.read(letter)
-
-    def read(self, letter: str) -> bool:
-        """Advance past one sentence-initial letter: on a hit, or on the ``max_misses``-th miss in a row.
-        Returns whether it hit; always `False` once the secret is spent."""
-        if self.target >= len(self.secret):
-            return False
-        hit = letter == self.secret[self.target]
-        if hit or self.misses + 1 >= self.max_misses:
-            self.target, self.misses = self.target + 1, 0
-        else:
-            self.misses += 1
-        return hit
-
-
-def sa_bias_codes(secret: str, response_ids: Sequence[int], view: VocabularyView) -> list[int]:
-    r"""Replay the SA perturbation along a known response (teacher forcing): per position ``t``, the row
-    of :func:`sa_bias_rows` that is ``Delta_t`` (:data:`SA_NO_BIAS` when inactive), by the
-    :class:`AcrosticState` that :class:`SentenceAcrosticLogitsProcessor` runs while generating.
-
-    Args:
-        secret (`str`): the SA secret ``S``.
-        response_ids (`Sequence[int]`): the response's token ids.
-        view (`VocabularyView`): the tokenizer's vocabulary facts.
-    """
-    row = AcrosticState(secret, SentenceMoves(view))
-    codes = []
-    for token in response_ids:
-        codes.append(row.bias_row())
-        row.observe(token)
-    return codes
 
 
 _PROCESSORS = {"tsp": TokenSetPreferenceLogitsProcessor, "wip": WordInitialPreferenceLogitsProcessor,

@@ -9,7 +9,7 @@ a key's preferred set ``G``:
 
 TSP: ``S`` is the candidate pool, ``G`` the key's token set; WIP: ``S`` the word-initial tokens, ``G``
 those whose initial is one of the key's letters. SA: the positions are those where the SA teacher's
-bias is active (a sentence is about to open; :class:`~icw.processors.AcrosticState` replayed along
+bias is active (a sentence is about to open; :class:`~icw.acrostic.AcrosticState` replayed along
 the response under that key), ``S_t`` the tokens that can open the sentence there and ``G_t`` those
 opening it with the letter the key's secret asks for at ``t``.
 
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..acrostic import SA_NO_BIAS, AcrosticState, SentenceMoves, sa_bias_rows
 from ..generation import chat_prompt
 from ..keys import ICWKey, as_key, green_mask, scored_mask
-from ..processors import SA_NO_BIAS, AcrosticState, SentenceMoves, sa_bias_rows
 from ..vocab import VocabularyView, vocabulary
 
 #: First key seed of the probe's "other" keys: disjoint from ICWBench's test seeds (small) and
@@ -148,14 +148,14 @@ Sets = tuple[np.ndarray, np.ndarray]  # (scored, green): each (V,) for every pos
 
 
 def _sa_sets(table: np.ndarray, codes: np.ndarray) -> Sets:
-    """Per-position (scored, green) masks of SA bias rows ``codes`` (rows of :func:`~icw.processors.sa_bias_rows`):
+    """Per-position (scored, green) masks of SA bias rows ``codes`` (rows of :func:`~icw.acrostic.sa_bias_rows`):
     green is the row itself, scored the union of the 26 rows of its half (sentence opening / after its end)."""
     halves = np.stack([table[:26].any(0), table[26:52].any(0)])
     return halves[codes // 26], table[codes]
 
 
 def _sa_replay(secret: str, ids: list[int], moves: SentenceMoves) -> tuple[np.ndarray, np.ndarray]:
-    """The SA bias row before each token (as :func:`~icw.processors.sa_bias_codes`) and the index in
+    """The SA bias row before each token (as :func:`~icw.acrostic.sa_bias_codes`) and the index in
     :data:`SA_STATES` of the acrostic's state there."""
     state, codes, states = AcrosticState(secret, moves), [], []
     for token in ids:
@@ -320,7 +320,7 @@ TRANSITIONS = ("first letter", "after a hit", "after a miss")
 
 def acrostic_transitions(texts: Sequence[str], keys: Sequence[ICWKey | str]) -> dict[str, tuple[float, float, int]]:
     """How generated SA answers walk through their secrets, opening by opening: the verifier's sentence-initial
-    letters (:func:`~icw.text.sentence_initials`) read by :class:`~icw.processors.AcrosticState` (advance on a
+    letters (:func:`~icw.text.sentence_initials`) read by :class:`~icw.acrostic.AcrosticState` (advance on a
     hit or on the third miss in a row). Per :data:`TRANSITIONS` state: the hit rate (the opening has the letter
     the secret asks for), the repeat rate (it has the previous opening's letter) and the number of openings,
     pooled over answers until each secret is spent.

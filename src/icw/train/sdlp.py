@@ -36,8 +36,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import Trainer
 
+from ..acrostic import sa_bias_codes, sa_bias_rows
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
-from ..processors import sa_bias_codes, sa_bias_rows
 from ..vocab import vocabulary
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
 from .sampling import row_seeds
