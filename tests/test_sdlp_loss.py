@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from transformers import LogitsProcessor
 
 from icw import ICWKey
 from icw.keys import green_mask
@@ -120,11 +121,28 @@ def test_chunked_loss_with_unused_only_rows_matches_the_dense_replay(chunk):
     assert ungated.item() != pytest.approx(got.item(), rel=1e-3)  # the gate changed the target
 
 
-class _TSPRecorder(TokenSetPreferenceLogitsProcessor):
+class _Recording(LogitsProcessor):
+    """Wraps a processor and keeps what it added to the first row's logits at each step."""
+
+    def __init__(self, inner):
+        self.inner, self.applied = inner, []
+
     def __call__(self, input_ids, scores):
-        out = super().__call__(input_ids, scores)
+        out = self.inner(input_ids, scores)
         self.applied.append((out - scores)[0].clone())
         return out
+
+
+def _generate_recording(model, tok, processor, max_new_tokens):
+    """One sampled answer to a fixed question under ``processor``: its ids and the bias applied at each of its steps
+    (``(steps, V)``; (scores + delta) - scores is delta up to float rounding)."""
+    rec = _Recording(processor)
+    enc = tok(["Why is the sky blue?"], return_tensors="pt")
+    torch.manual_seed(0)
+    out = model.generate(**enc, logits_processor=[rec], max_new_tokens=max_new_tokens, do_sample=True,
+                         pad_token_id=tok.eos_token_id)
+    ids = out[0, enc["input_ids"].shape[1] :].tolist()
+    return ids, torch.stack(rec.applied)[: len(ids)]
 
 
 def test_unused_only_replay_matches_what_the_processor_applied_during_generation(tiny_qwen):
@@ -132,13 +150,8 @@ def test_unused_only_replay_matches_what_the_processor_applied_during_generation
     delta on the green set, except on the green tokens the answer already holds."""
     model, tok = tiny_qwen
     key = ICWKey.create("tsp", seed=3, tokenizer=tok, pool_size=40)
-    rec = _TSPRecorder(key, tok, delta=12.0, unused_only=True)  # strong enough that greens repeat if allowed
-    rec.applied = []
-    enc = tok(["Why is the sky blue?"], return_tensors="pt")
-    torch.manual_seed(0)
-    out = model.generate(**enc, logits_processor=[rec], max_new_tokens=20, do_sample=True, pad_token_id=tok.eos_token_id)
-    ids = out[0, enc["input_ids"].shape[1] :].tolist()
-    applied = torch.stack(rec.applied)[: len(ids)]
+    # strong enough that green tokens would repeat if allowed
+    ids, applied = _generate_recording(model, tok, TokenSetPreferenceLogitsProcessor(key, tok, 12.0, unused_only=True), 20)
     replayed = teacher_delta(key, ids, tok, delta=12.0, vocab_size=applied.shape[-1], unused_only=True)
     assert torch.allclose(replayed, applied, atol=1e-3)
     green = set(key.token_set(tok).tolist())
@@ -186,26 +199,11 @@ def test_sa_replay_matches_the_processor_on_text(qwen3):
     assert codes[0] == ord("B") - 65  # the first token opens a sentence with the first letter
 
 
-class _Recorder(SentenceAcrosticLogitsProcessor):
-    def __call__(self, input_ids, scores):
-        out = super().__call__(input_ids, scores)
-        self.applied.append((out - scores)[0].clone())
-        return out
-
-
 def test_sa_replay_matches_what_the_processor_applied_during_generation(tiny_qwen):
     model, tok = tiny_qwen
     key = ICWKey.create("sa", seed=3)
-    rec = _Recorder(key, tok, delta=8.0)
-    rec.applied = []
-    enc = tok(["Why is the sky blue?"], return_tensors="pt")
-    torch.manual_seed(0)
-    out = model.generate(**enc, logits_processor=[rec], max_new_tokens=24, do_sample=True, pad_token_id=tok.eos_token_id)
-    ids = out[0, enc["input_ids"].shape[1] :].tolist()
-    applied = torch.stack(rec.applied)[: len(ids)]
-    width = applied.shape[-1]
-    replayed = teacher_delta(key, ids, tok, delta=8.0, vocab_size=width)[: len(applied)]
-    # (scores + delta) - scores is delta up to float rounding
+    ids, applied = _generate_recording(model, tok, SentenceAcrosticLogitsProcessor(key, tok, delta=8.0), 24)
+    replayed = teacher_delta(key, ids, tok, delta=8.0, vocab_size=applied.shape[-1])[: len(applied)]
     assert torch.allclose(replayed, applied, atol=1e-4)
     assert applied[0].abs().sum() > 0  # the first step opens a sentence: the bias was active
 

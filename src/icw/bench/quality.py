@@ -66,9 +66,7 @@ def perplexity_family(store: Any, quality: Any, model_id: str, family: str, refe
     from ..models import load_model
 
     tag = f"ppl:{reference}"
-    todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
-            and r.get("attack", "none") == "none" and not r.get("error")
-            and not quality.done({**_qkey(r), "attack": tag})]
+    todo = _unscored_positives(store, quality, model_id, family, tag)
     if not todo:
         return 0
     model, tok = load_model(reference)
@@ -114,9 +112,7 @@ def repetition_family(store: Any, quality: Any, model_id: str, family: str, refe
     from ..models import load_tokenizer
 
     tag = f"rep{REPETITION_N}:{reference}"
-    todo = [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
-            and r.get("attack", "none") == "none" and not r.get("error")
-            and not quality.done({**_qkey(r), "attack": tag})]
+    todo = _unscored_positives(store, quality, model_id, family, tag)
     if todo:
         tok = load_tokenizer(reference)
         quality.append({**_qkey(r), "attack": tag, "metric": f"seq_rep_{REPETITION_N}", "reference": reference,
@@ -126,6 +122,13 @@ def repetition_family(store: Any, quality: Any, model_id: str, family: str, refe
 
 def _qkey(record: dict[str, Any]) -> dict[str, Any]:
     return {k: record[k] for k in ("model", "family", "id", "role")}
+
+
+def _unscored_positives(store: Any, quality: Any, model_id: str, family: str, tag: str) -> list[dict[str, Any]]:
+    """The finished, unattacked positives of ``family`` that ``quality`` holds no ``tag`` row for yet."""
+    return [r for r in store.rows() if r["model"] == model_id and r["family"] == family and r["role"] == "positive"
+            and r.get("attack", "none") == "none" and not r.get("error")
+            and not quality.done({**_qkey(r), "attack": tag})]
 
 
 # ------------------------------------------------------------------------------------ judge

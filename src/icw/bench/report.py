@@ -246,14 +246,20 @@ def sa_openings(records: list[dict[str, Any]], positions: int = SA_OPENING_POSIT
     return [round(float(h), 4) for h in hits / len(rows)]
 
 
+def _values_by_reference(quality: list[dict[str, Any]], family: str, metric: str) -> dict[str, list[float]]:
+    """A family's non-null ``metric`` values in ``quality.jsonl``, by reference model."""
+    by_model: dict[str, list[float]] = {}
+    for q in quality:
+        if q.get("family") == family and q.get("metric") == metric and q.get("value") is not None:
+            by_model.setdefault(q["reference"], []).append(q["value"])
+    return by_model
+
+
 def _perplexity(quality: list[dict[str, Any]], family: str
                 ) -> tuple[float | None, dict[str, float], dict[str, float]]:
     """The mean over reference models of their mean perplexity (the paper's ablation table), and the mean and
     median per reference model: one degenerate answer can move a mean of 100 several-fold, never the median."""
-    by_model: dict[str, list[float]] = {}
-    for q in quality:
-        if q.get("family") == family and q.get("metric") == "ppl" and q.get("value") is not None:
-            by_model.setdefault(q["reference"], []).append(q["value"])
+    by_model = _values_by_reference(quality, family, "ppl")
     means = {m: float(np.mean(v)) for m, v in by_model.items()}
     medians = {m: float(np.median(v)) for m, v in by_model.items()}
     return (float(np.mean(list(means.values()))) if means else None), means, medians
@@ -261,10 +267,7 @@ def _perplexity(quality: list[dict[str, Any]], family: str
 
 def _repetition(quality: list[dict[str, Any]], family: str) -> tuple[dict[str, float], dict[str, float]]:
     """Per reference model, the instructed answers' mean seq-rep-4 and the share that loop (seq-rep-4 >= 0.5)."""
-    by_model: dict[str, list[float]] = {}
-    for q in quality:
-        if q.get("family") == family and q.get("metric") == f"seq_rep_{REPETITION_N}" and q.get("value") is not None:
-            by_model.setdefault(q["reference"], []).append(q["value"])
+    by_model = _values_by_reference(quality, family, f"seq_rep_{REPETITION_N}")
     return ({m: float(np.mean(v)) for m, v in by_model.items()},
             {m: float(np.mean(np.asarray(v) >= LOOPING_REP)) for m, v in by_model.items()})
 

@@ -252,8 +252,8 @@ def chunked_sdlp_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor
             b = b_idx[part]
             delta = bias_rows[b].to(logits.dtype)
             delta.mul_(bias_values.to(logits.device)[b, None])
-            if bias_unused_only is not None:
-                gated = bias_unused_only.to(logits.device)[b]
+            gated = None if bias_unused_only is None else bias_unused_only.to(logits.device)[b]
+            if gated is not None and gated.any():  # chunks without gated rows skip the (chunk, V) mask
                 earlier = response_ids[rows[part]].clone()  # tokens before each position; later ones point past V
                 earlier[torch.arange(earlier.shape[1], device=earlier.device) >= t_pos[part, None]] = logits.shape[-1]
                 used = torch.zeros(len(part), logits.shape[-1] + 1, dtype=torch.bool, device=logits.device)
