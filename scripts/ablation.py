@@ -265,6 +265,7 @@ class Run:
                        "--learning_rate", "1e-5", "--max_steps", str(s.grpo_steps),
                        "--num_generations", str(s.grpo_generations),
                        "--per_device_train_batch_size", str(s.grpo_prompts * s.grpo_generations),
+                       "--gradient_accumulation_steps", "1",
                        "--max_completion_length", str(s.grpo_tokens), "--min_completion_tokens",
                        str(s.min_completion_tokens), "--loss_type", "grpo"]
             else:

@@ -11,7 +11,8 @@
 # Knobs (environment; unset: the shipped configs' values): OUT=runs/speedrun, MODEL=smollm2 (or a local model
 # folder), TOKENIZER=smollm2 (the tokenizer ICWBench's keys are built for), FAMILIES="tsp wip sa", NUM_H1, NUM_H0,
 # TRAIN_TOKENS (answer length of D_cs, SDLP and GRPO), SDLP_STEPS, GRPO_STEPS, GRPO_PROMPTS (a step's prompts, 4
-# completions each), NUM_EVAL=100 (held-out questions per family), EVAL_TOKENS=192, SAVE_STEPS.
+# completions each, generated together, one micro-batch a prompt), NUM_EVAL=100 (held-out questions per family),
+# EVAL_TOKENS=192, SAVE_STEPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -42,7 +43,7 @@ if [ -n "${TRAIN_TOKENS:-}" ]; then
 fi
 [ -n "${SDLP_STEPS:-}" ] && sdlp+=(--max_steps "$SDLP_STEPS")
 [ -n "${GRPO_STEPS:-}" ] && grpo+=(--max_steps "$GRPO_STEPS")
-[ -n "${GRPO_PROMPTS:-}" ] && grpo+=(--per_device_train_batch_size $((4 * GRPO_PROMPTS)) --num_generations 4)
+[ -n "${GRPO_PROMPTS:-}" ] && grpo+=(--per_device_train_batch_size 4 --gradient_accumulation_steps "$GRPO_PROMPTS" --num_generations 4)
 [ -n "${SAVE_STEPS:-}" ] && sdlp+=(--save_steps "$SAVE_STEPS") && grpo+=(--save_steps "$SAVE_STEPS")
 
 finished() { [ -f "$1/icw_training.json" ] && "$PY" -c "import json,sys; sys.exit(not json.load(open('$1/icw_training.json'))['progress']['final'])"; }

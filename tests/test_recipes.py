@@ -341,8 +341,10 @@ def test_shipped_cpu_configs_are_the_documented_recipe():
     # GRPO generates many prompts a step as one batch (with one, the advantages cancel from step to step)
     _, grpo_config, _, _ = grpo.make_parser().parse_args_and_config(
         ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml")])
-    assert grpo_config.per_device_train_batch_size // grpo_config.num_generations >= 8
-    assert grpo_config.generation_batch_size == grpo_config.per_device_train_batch_size  # one generate() a step
+    assert grpo_config.generation_batch_size // grpo_config.num_generations >= 8
+    # one generate() an optimizer step, consumed by its micro-batches (no stale-policy rollouts)
+    assert grpo_config.steps_per_generation == grpo_config.gradient_accumulation_steps
+    assert grpo_config.per_device_train_batch_size <= 8  # a backward pass over 32 of TSP's rows passed 24 GiB
     # the three commands of the section are the shipped configs, run as printed
     section = (ROOT / "docs" / "training.md").read_text().split("## The CPU recipe", 1)[1].split("\n## ", 1)[0]
     for name in documented:

@@ -20,7 +20,7 @@ def _speedrun(out: Path, model: Path) -> subprocess.CompletedProcess:
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "OUT": str(out), "MODEL": str(model), "TOKENIZER": str(model), "FAMILIES": "wip",
            "NUM_H1": "4", "NUM_H0": "2", "NUM_EVAL": "4", "EVAL_TOKENS": "12", "TRAIN_TOKENS": "8",
-           "SDLP_STEPS": "2", "GRPO_STEPS": "1", "GRPO_PROMPTS": "1", "SAVE_STEPS": "1", "OMP_NUM_THREADS": "1",
+           "SDLP_STEPS": "2", "GRPO_STEPS": "1", "GRPO_PROMPTS": "2", "SAVE_STEPS": "1", "OMP_NUM_THREADS": "1",
            "PY": sys.executable, "ACCELERATE": str(bin_dir / "accelerate"), "ICW": str(bin_dir / "icw")}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "speedrun.sh")], capture_output=True, text=True,
                           timeout=1800, env=env, cwd=ROOT)
@@ -45,6 +45,8 @@ def test_speedrun_runs_every_stage_and_resumes(tiny_qwen, tmp_path):
         assert facts["progress"]["final"] and facts["recipe"] == stage
     sdlp = json.loads((out / "sdlp" / "icw_training.json").read_text())["settings"]
     assert sdlp["lmbda"] == 1.0 and sdlp["relabel_copies"] == 8 and sdlp["learning_rate"] == 1e-4
+    grpo = json.loads((out / "grpo" / "icw_training.json").read_text())["settings"]  # 2 prompts: one micro-batch each
+    assert (grpo["per_device_train_batch_size"], grpo["gradient_accumulation_steps"]) == (4, 2)
     card = (out / "grpo" / "README.md").read_text()
     assert "## How it was trained" in card and "Recipe: GRPO" in card and "Not evaluated" not in card
     assert "## Training stages" in card and "| +SDLP+GRPO | 4 + 4 |" in card  # stages.json, paired tests included
