@@ -131,9 +131,9 @@ def train_grpo(args: argparse.Namespace, data: str, start: Path, out: Path) -> N
              str(start), "--dataset_name", data, "--families", *args.families, "--output_dir", str(out), "--seed", str(args.seed),
              "--max_steps", str(args.steps), "--save_steps", str(args.every), "--logging_steps", "5",
              "--resume_from_checkpoint", "last", "--num_generations", str(args.generations),
-             "--per_device_train_batch_size", str(args.generations * args.prompts), "--gradient_accumulation_steps", "1",
-             "--max_completion_length",
-             str(args.completion_tokens), "--min_completion_tokens", str(args.completion_tokens // 2),
+             "--per_device_train_batch_size", str(args.generations * args.prompts),
+             "--gradient_accumulation_steps", "1", "--max_completion_length", str(args.completion_tokens),
+             "--min_completion_tokens", str(args.completion_tokens // 2),
              "--learning_rate", str(args.lr), "--gradient_checkpointing", "false", *weights,
              *ablation.device_flags(args.device)], out, args.train_seconds)
 

@@ -106,8 +106,9 @@ def _args(kind: str, model: Path, dcs: Path, global_batch: int, processes: int) 
               "--per_device_train_batch_size", per_device, "--learning_rate", "1e-3"]
     if kind == "grpo":
         return "grpo", ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), *common, "--num_generations",
-                        "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "12", "--min_completion_tokens", "2", "--lora_r", "4",
-                        "--lora_alpha", "8", "--lora_dropout", "0", "--families", "wip"]
+                        "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "12",
+                        "--min_completion_tokens", "2", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0",
+                        "--families", "wip"]
     sdlp = ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), *common, "--max_response_length", "13",
             "--top_k_sa", "50"]
     return "sdlp", sdlp + (["--lmbda", "1.0", "--relabel_keys", "true", "--relabel_copies", "3",

@@ -98,8 +98,7 @@ def test_grpo_recipe_runs_a_step_with_lora(dcs, tiny_dir, tmp_path):
             str(tiny_dir), "--dataset_name", str(dcs), "--output_dir", str(out), "--max_steps", "1",
             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--num_generations", "2",
             "--max_completion_length", "8", "--min_completion_tokens", "2", "--logging_steps", "1", "--use_peft",
-            "true", "--lora_r", "4",
-            "--lora_alpha", "8", "--save_steps", "1")
+            "true", "--lora_r", "4", "--lora_alpha", "8", "--save_steps", "1")
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 4
     from peft import PeftModel
@@ -317,8 +316,8 @@ def test_killed_run_resumes_with_the_same_curve(recipe, where, dcs, tiny_dir, un
                 "2", "--learning_rate", "1e-3", "--relabel_keys", "true", "--relabel_copies", "2"]
     else:
         args = ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--per_device_train_batch_size", "2",
-                "--gradient_accumulation_steps", "1", "--num_generations", "2", "--max_completion_length", "8", "--min_completion_tokens", "2",
-                "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"]
+                "--gradient_accumulation_steps", "1", "--num_generations", "2", "--max_completion_length", "8",
+                "--min_completion_tokens", "2", "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-3"]
     args += ["--model_name_or_path", str(tiny_dir), "--dataset_name", str(dcs), "--max_steps", "6", "--logging_steps",
              "1", "--save_strategy", "steps", "--save_steps", "2", "--resume_from_checkpoint", "last", "--seed", "3"]
     whole, killed = uninterrupted(recipe, args), tmp_path / "killed"
