@@ -53,8 +53,8 @@ def _ids(args: argparse.Namespace) -> list[str]:
 def _keys(args: argparse.Namespace) -> None:
     from .documents import issue_keys, write_manifest
 
-    secret = read_secret(args.secret_file)
     ids = _ids(args)
+    secret = read_secret(args.secret_file)
     manifest = Path(args.manifest)
     issued = read_manifest(manifest) if manifest.exists() else {}
     new = [d for d in ids if d not in issued]

@@ -8,6 +8,9 @@ that finished (a task that died is redone as a whole; its writers reopen their p
 document is written twice).
 
 * :class:`ICWDetector` writes the verdict into each document's metadata and passes every document on.
+* With ``document_keys=`` (a manifest's keys, :mod:`icw.documents`) instead of ``keys=``, each document is
+  verified under the key of the document id in its ``document_id`` metadata: the responses a third party
+  screens (:mod:`icw.response_screen`) on a cluster; the correction over all of them comes after.
 * :class:`ICWFilter` does the same, then drops the watermarked documents (or keeps only them, with
   ``keep_watermarked=True``); the documents it drops go to its ``exclusion_writer``, as with any
   datatrove filter.
@@ -47,7 +50,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +75,25 @@ class _ICWScoring:
     """The scoring shared by both steps. Keys are kept as strings: a step is pickled to every worker
     (and written to the executor's JSON), so it carries no parsed key caches and no tokenizer."""
 
-    def _setup(self, keys: ICWKey | str | Sequence[ICWKey | str], tokenizer: Any, alpha: float, max_chars: int,
-               batch_size: int, metadata_prefix: str) -> None:
-        if keys is None:
-            raise ValueError("keys= is required: one key (a key object or its string), or a list of keys")
-        self.multi_key = not isinstance(keys, (ICWKey, str, dict))
-        parsed = [as_key(k) for k in keys] if self.multi_key else [as_key(keys)]  # a malformed key fails here
+    def _setup(self, keys: ICWKey | str | Sequence[ICWKey | str] | None, tokenizer: Any, alpha: float, max_chars: int,
+               batch_size: int, metadata_prefix: str, document_keys: Mapping[str, ICWKey | str] | None = None,
+               document_field: str = "document_id") -> None:
+        if keys is None and document_keys is None:
+            raise ValueError("keys= is required: one key (a key object or its string), or a list of keys; or "
+                             "document_keys=, one key per document id (a manifest's)")
+        if keys is not None and document_keys is not None:
+            raise ValueError("pass keys= (the same for every document) or document_keys= (one per document), not both")
+        # one key per document (icw.documents' manifest): doc.metadata[document_field] names the document
+        self.document_keys = None if document_keys is None else {str(d): as_key(k).to_string()
+                                                                  for d, k in document_keys.items()}
+        self.document_field = document_field
+        self.multi_key = keys is not None and not isinstance(keys, (ICWKey, str, dict))
+        parsed = ([as_key(k) for k in self.document_keys.values()] if self.document_keys is not None else
+                  [as_key(k) for k in keys] if self.multi_key else [as_key(keys)])  # a malformed key fails here
         if not parsed:
             raise ValueError("keys= is an empty list: pass at least one key")
         families = {k.family for k in parsed}
-        if len(families) > 1:
+        if len(families) > 1 and self.document_keys is None:
             raise ValueError(f"keys of several families ({', '.join(sorted(families))}): use one step per family")
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
@@ -93,6 +105,8 @@ class _ICWScoring:
         self.family = parsed[0].family
         # TSP/WIP: the key's own tokenizer name unless overridden; SA needs none
         self.tokenizer = None if self.family == "sa" else (tokenizer if tokenizer is not None else parsed[0].tokenizer)
+        if self.document_keys is not None:
+            self.tokenizer = tokenizer  # None: each key's own, loaded once per process
         self.alpha, self.max_chars, self.batch_size, self.prefix = alpha, max_chars, batch_size, metadata_prefix
 
     def _tokenizer(self) -> Any:
@@ -105,11 +119,16 @@ class _ICWScoring:
     def _score(self, docs: list[Document]) -> list[bool]:
         """Write the verdicts into ``doc.metadata``; return ``is_watermarked`` per document."""
         texts = [d.text if isinstance(d.text, str) else "" if d.text is None else str(d.text) for d in docs]
-        fits = [i for i, t in enumerate(texts) if len(t) <= self.max_chars]
-        rows: list[dict[str, Any]] = [self._too_long(len(t)) for t in texts]
+        keys = [self.keys[0]] * len(docs)
+        if self.document_keys is not None:
+            keys = [self.document_keys.get(str(d.metadata.get(self.document_field))) for d in docs]
+        fits = [i for i, t in enumerate(texts) if len(t) <= self.max_chars and keys[i] is not None]
+        rows: list[dict[str, Any]] = [self._too_long(len(t)) if keys[i] is not None else
+                                      self._unknown(docs[i].metadata.get(self.document_field))
+                                      for i, t in enumerate(texts)]
         if fits:
             batch = [texts[i] for i in fits]
-            scored = self._verify_many(batch) if self.multi_key else self._verify_one(batch)
+            scored = self._verify_many(batch) if self.multi_key else self._verify_one(batch, [keys[i] for i in fits])
             for i, row in zip(fits, scored, strict=True):
                 rows[i] = row
         for doc, row in zip(docs, rows, strict=True):
@@ -119,8 +138,8 @@ class _ICWScoring:
                 self.stat_update("nothing_scored")
         return [row["is_watermarked"] for row in rows]
 
-    def _verify_one(self, texts: list[str]) -> list[dict[str, Any]]:
-        results = verify(texts, self.keys[0], self._tokenizer(), alpha=self.alpha, max_chars=self.max_chars)
+    def _verify_one(self, texts: list[str], keys: list[str]) -> list[dict[str, Any]]:
+        results = verify(texts, keys, self._tokenizer(), alpha=self.alpha, max_chars=self.max_chars)
         return [{"key": r.key, "z_score": r.z_score, "p_value": r.p_value, "is_watermarked": r.is_watermarked,
                  "num_tokens_scored": r.num_tokens_scored, "num_aligned": r.num_aligned, "note": r.note or "",
                  "statistic": r.statistic, "null_hypothesis": r.null_hypothesis, "p_value_method": r.p_value_method}
@@ -152,6 +171,10 @@ class _ICWScoring:
             row["fired"] = ""
         return row
 
+    def _unknown(self, document_id: Any) -> dict[str, Any]:
+        return {**self._too_long(0), "note": f"not scored: no key for document id {document_id!r} "
+                f"(metadata field {self.document_field!r})"}
+
 
 class ICWDetector(_ICWScoring, PipelineStep):
     """Verify each document under an ICW key and write the verdict into ``doc.metadata``; every
@@ -168,6 +191,11 @@ class ICWDetector(_ICWScoring, PipelineStep):
         max_chars (`int`, defaults to 100,000): longer documents are not scored (a note says so).
         batch_size (`int`, defaults to 256): documents per verify call.
         metadata_prefix (`str`, defaults to ``"icw_"``): prefix of the metadata fields.
+        document_keys (`Mapping[str, str]`, *optional*): instead of ``keys``, one key per document id (a
+            manifest's, :func:`icw.documents.read_manifest`): each document (a response to screen) is verified
+            under the key of the id in its ``document_field`` metadata; an id without a key is not scored (a
+            note says so). The Holm or BH decision over all of them is :func:`icw.response_screen.adjust`'s.
+        document_field (`str`, defaults to ``"document_id"``): the metadata field naming a document's id.
 
     Example:
         >>> from datatrove.data import Document
@@ -180,11 +208,12 @@ class ICWDetector(_ICWScoring, PipelineStep):
     name = "ICW detect"
     type = "🔍 - DETECTOR"
 
-    def __init__(self, keys: ICWKey | str | Sequence[ICWKey | str], *, tokenizer: str | None = None,
+    def __init__(self, keys: ICWKey | str | Sequence[ICWKey | str] | None = None, *, tokenizer: str | None = None,
                  alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS, batch_size: int = 256,
-                 metadata_prefix: str = "icw_") -> None:
+                 metadata_prefix: str = "icw_", document_keys: Mapping[str, ICWKey | str] | None = None,
+                 document_field: str = "document_id") -> None:
         super().__init__()
-        self._setup(keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
+        self._setup(keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix, document_keys, document_field)
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         for batch in batched(data or (), self.batch_size):
@@ -205,7 +234,8 @@ class ICWFilter(_ICWScoring, BaseFilter):
     ``icw_not_watermarked``. A document that could not be scored counts as not watermarked.
 
     Args:
-        keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix: as in :class:`ICWDetector`.
+        keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix, document_keys, document_field: as in
+            :class:`ICWDetector`.
         keep_watermarked (`bool`, defaults to `False`): keep the watermarked documents instead of dropping them.
         exclusion_writer (`DiskWriter`, *optional*): where the dropped documents are written.
 
@@ -218,11 +248,12 @@ class ICWFilter(_ICWScoring, BaseFilter):
 
     name = "ICW filter"
 
-    def __init__(self, keys: ICWKey | str | Sequence[ICWKey | str], *, keep_watermarked: bool = False,
+    def __init__(self, keys: ICWKey | str | Sequence[ICWKey | str] | None = None, *, keep_watermarked: bool = False,
                  exclusion_writer: DiskWriter | None = None, tokenizer: str | None = None, alpha: float = DEFAULT_ALPHA, max_chars: int = DEFAULT_MAX_CHARS,
-                 batch_size: int = 256, metadata_prefix: str = "icw_") -> None:
+                 batch_size: int = 256, metadata_prefix: str = "icw_", document_keys: Mapping[str, ICWKey | str] | None = None,
+                 document_field: str = "document_id") -> None:
         super().__init__(exclusion_writer=exclusion_writer, batch_size=batch_size)
-        self._setup(keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix)
+        self._setup(keys, tokenizer, alpha, max_chars, batch_size, metadata_prefix, document_keys, document_field)
         self.keep_watermarked = keep_watermarked
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
