@@ -15,6 +15,8 @@ Tabs:
   The answers stream in, then show the verifier's z-score, exact p-value and verdict, with the
   units the verifier counted highlighted.
 * **Detect**: paste any text and a key string; the same verdict and highlights.
+* **Documents** (``demo_documents.py``): protect an uploaded PDF (its key's instruction hidden as invisible
+  text) and screen pasted responses, each under its document's key, with Holm or BH over all of them.
 * **About**: how ICW works.
 
 Runs offline on a CPU with the SmolLM2-135M-Instruct model embedded in icw. Any transformers
@@ -76,6 +78,7 @@ from demo_detection import (  # noqa: E402
     rescore,
     send_to_detect,
 )
+from demo_documents import documents_tab  # noqa: E402
 from demo_generation import request_stop, warm_up, watermark_and_detect  # noqa: E402
 from demo_keys import (  # noqa: E402
     DELTA_HELP,
@@ -151,6 +154,8 @@ def build_demo(model_name: str | None = None) -> gr.Blocks:
             demo.load(make_key, controls(ui, KEY_FIELDS), [ui.key_string, ui.material], api_name="make_key")
             with gr.Tab("Detect", id="detect"):
                 detect_tab(ui, tabs, online)
+            with gr.Tab("Documents", id="documents"):
+                documents_tab()
             with gr.Tab("About", id="about"):
                 gr.Markdown(ABOUT)
     return demo
