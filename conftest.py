@@ -20,15 +20,17 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // _WORKERS)))
-# A fresh datasets cache per test session: the shared ~/.cache one keys local folders by path and
-# modification time, so a folder rebuilt at a reused pytest tmp path could be read from an older build.
-if "HF_DATASETS_CACHE" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
+# Fresh folders per test session, removed at exit: a datasets cache (the shared ~/.cache one keys local folders by
+# path and modification time, so a folder rebuilt at a reused pytest tmp path could be read from an older build),
+# and an empty runs folder (icw.runs), so a model a long run finished on this machine never reaches the tests' Space.
+for _var, _prefix in (("HF_DATASETS_CACHE", "icw-test-datasets-"), ("ICW_RUNS", "icw-test-runs-")):
+    if _var not in os.environ:
+        import atexit
+        import shutil
+        import tempfile
 
-    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="icw-test-datasets-")
-    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
+        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+        atexit.register(shutil.rmtree, os.environ[_var], ignore_errors=True)
 
 #: Package paths whose import needs an optional extra, with the distributions they import.
 _NEEDS_EXTRA = {

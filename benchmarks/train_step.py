@@ -15,7 +15,7 @@ Rows: WIP instruction + query prompts (about 180 tokens with SmolLM2's chat temp
   tokens (LoRA r ``--lora-r``, or full fine-tuning beside a frozen teacher copy with ``--lora-r 0``),
   split into collate / teacher forward / student forward / loss (chunked KL) / backward / optimizer,
   and apart from the step the student's own samples that an on-policy step (``lmbda``) trains on
-  (``SDLPTrainer.on_policy_batch``), which give the on-policy / off-policy step ratio;
+  (``icw.train.transfer.on_policy_batches``), which give the on-policy / off-policy step ratio;
 * GRPO: one step of the recipe's trainer (:func:`~icw.train.grpo.seeded_grpo_trainer`, ``loss_type="grpo"``, the
   :class:`~icw.train.grpo.ICWReward`, LoRA r ``--grpo-lora-r`` or all weights) on ``--prompts`` prompts with
   ``--generations`` completions each, forced to ``--completion-tokens`` tokens, the
@@ -105,7 +105,9 @@ def _sample(model: Any, tokenizer: Any, ids: Any, tokens: int, **options: Any) -
     """Sampled completions of exactly ``tokens`` new tokens (``min_new_tokens`` = ``max_new_tokens``)."""
     import torch
 
-    with torch.no_grad():
+    from icw.precision import autocast
+
+    with torch.no_grad(), autocast("cpu"):
         return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=tokens,
                               min_new_tokens=tokens, pad_token_id=tokenizer.pad_token_id, **options)
 
@@ -114,6 +116,8 @@ def floor(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, t
     """``generate`` of ``generations`` sampled completions of exactly ``tokens`` tokens, and one forward of them."""
     import torch
 
+    from icw.precision import autocast
+
     ids = torch.tensor([prompt_ids] * generations)
     gen_times, fwd_times = [], []
     for _ in range(steps + 1):
@@ -121,7 +125,7 @@ def floor(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, t
         out = _sample(model, tokenizer, ids, tokens)
         gen_times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), autocast("cpu"):
             model(input_ids=out, attention_mask=torch.ones_like(out))
         fwd_times.append(time.perf_counter() - start)
     return {"generate": statistics.median(gen_times[1:]), "forward": statistics.median(fwd_times[1:]),
@@ -140,15 +144,18 @@ def decode(model: Any, tokenizer: Any, prompt_ids: list[int], generations: int, 
 
     import torch
 
+    from icw.precision import use_bf16
+
     ids = torch.tensor([prompt_ids] * generations)
+    fp = "bf16 autocast" if use_bf16("cpu") else "fp32"
     int8 = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
-    variants = [("fp32, dynamic KV cache (the floor)", model, {}),
-                ("fp32, static KV cache", model, {"cache_implementation": "static"}),
+    variants = [(f"{fp}, dynamic KV cache (the floor)", model, {}),
+                (f"{fp}, static KV cache", model, {"cache_implementation": "static"}),
                 ("int8 dynamic quantization, dynamic KV cache", int8, {})]
     if compile:
         compiled = copy.deepcopy(model)
         compiled.forward = torch.compile(compiled.forward, dynamic=False)
-        variants.append(("fp32, static KV cache + torch.compile", compiled, {"cache_implementation": "static"}))
+        variants.append((f"{fp}, static KV cache + torch.compile", compiled, {"cache_implementation": "static"}))
     reference = _sample(model, tokenizer, ids, tokens)
     with torch.no_grad():
         target = torch.log_softmax(model(reference).logits[:, len(prompt_ids) - 1 : -1].float(), -1)
@@ -172,10 +179,14 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
     from peft import LoraConfig
 
     from icw.train.sdlp import SDLPConfig, SDLPTrainer, _final_hidden, _head_fn, chunked_sdlp_loss
+    from icw.train.transfer import batch_seeds, on_policy_batches
 
     ids = tokenizer(PARAPHRASE_SOURCE * 8, add_special_tokens=False)["input_ids"][: args.response_tokens]
-    rows = [{**r, "response": "", "response_ids": ids} for r in wip_rows(tokenizer, args.batch)]
-    config = SDLPConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, top_k_wip=0,
+    rows = [{**r, "response": "", "response_ids": ids} for r in wip_rows(tokenizer, args.batch * args.rollout_steps)]
+    from icw.precision import use_bf16
+
+    bf16 = use_bf16("cpu")
+    config = SDLPConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, top_k_wip=0, bf16=bf16,
                         loss_chunk_size=512, max_response_length=args.response_tokens + 1, learning_rate=2e-4)
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear") if args.lora_r else None
     trainer = SDLPTrainer(model, config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
@@ -184,6 +195,8 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
     policy.train()
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=2e-4)
     features = [trainer.train_dataset[i] for i in range(args.batch)]
+    group = [trainer.train_dataset[i] for i in range(args.batch * args.rollout_steps)]
+    mixed = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)  # noqa: E731 (as the Trainer does)
     timer = PhaseTimer()
     sampled: list[float] = []
     gather = lambda h, pos: h.gather(1, pos[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
@@ -191,11 +204,11 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
         start = time.perf_counter()
         with timer.phase("collate"):
             inputs = trainer.data_collator(features)
-        with timer.phase("teacher forward"):
+        with timer.phase("teacher forward"), mixed():
             t_hidden, t_head = trainer._teacher_hidden(policy, inputs)
-        with timer.phase("student forward"):
+        with timer.phase("student forward"), mixed():
             s_hidden = _final_hidden(policy, inputs["student_input_ids"], inputs["student_attention_mask"])
-        with timer.phase("loss (chunked KL)"):
+        with timer.phase("loss (chunked KL)"), mixed():
             loss = chunked_sdlp_loss(gather(s_hidden, inputs["student_positions"]),
                                      gather(t_hidden, inputs["teacher_positions"]), _head_fn(policy), t_head,
                                      inputs["response_mask"], inputs["bias_rows"], inputs["bias_values"],
@@ -206,9 +219,13 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
         with timer.phase("optimizer"):
             optimizer.step()
         total = time.perf_counter() - start
-        # an on-policy step (lmbda) first replaces the responses by the student's own samples
+        # an on-policy step (lmbda) first replaces the responses by the student's own samples: rollout_steps
+        # steps' rows in one generate() call, so a step's share is the call's time / rollout_steps
         with timer.phase("on-policy sampling"):
-            sampled.append(trainer.on_policy_batch(policy, inputs)["response_mask"].sum(1).mean().item())
+            seeds = batch_seeds(trainer, 0, 0, len(group))
+            batch = on_policy_batches(trainer, policy, [trainer.data_collator(group)], [seeds])[0]
+            sampled.append(batch["response_mask"].sum(1).float().mean().item())
+        timer.current["on-policy sampling"] /= args.rollout_steps
         timer.end_step(total)
     shape = (f"{args.batch} rows: teacher {len(features[0]['teacher_prompt_ids'])} + {len(features[0]['response_ids'])}, "
              f"student {len(features[0]['student_prompt_ids'])} + {len(features[0]['response_ids'])} tokens, "
@@ -225,7 +242,7 @@ def grpo_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
     from transformers import TrainerCallback
     from trl import GRPOConfig
 
-    from icw.train.common import fp32_without_native_bf16
+    from icw.train.common import set_precision
     from icw.train.grpo import ICWReward, grpo_dataset, seeded_grpo_trainer
 
     dataset = grpo_dataset(Dataset.from_list(wip_rows(tokenizer, args.prompts * (args.steps + 1))), tokenizer)
@@ -236,7 +253,7 @@ def grpo_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
                         generation_kwargs={"min_new_tokens": args.completion_tokens}, max_steps=args.steps + 1,
                         logging_steps=1000, save_strategy="no", disable_tqdm=True, seed=0,
                         gradient_checkpointing=args.gradient_checkpointing)
-    fp32_without_native_bf16(config)  # as the recipes do: trl's bf16 default is several times slower here
+    set_precision(config)  # as the recipes do: trl's bf16 default is several times slower here
     timer = PhaseTimer()
 
     class StepClock(TrainerCallback):
@@ -319,11 +336,56 @@ def load(name: str) -> tuple[Any, Any]:
     return load_model(name)
 
 
+def measure(model: Any, tok: Any, prompt: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """Every section asked for, under the precision ``ICW_PRECISION`` names (:mod:`icw.precision`)."""
+    import copy
+
+    sections = set(args.sections.split(","))
+    rows: list[list[Any]] = []
+    rollouts = args.generations * args.prompts  # the floor writes a GRPO step's completions in one batch
+    base = floor(model, tok, prompt, rollouts, args.completion_tokens, args.steps) if "floor" in sections else None
+    if base:
+        rows += [["floor", "generate (KV cache)", base["generate"], base["shape"]],
+                 ["floor", "forward, no grad", base["forward"], base["shape"]]]
+    sdlp = None
+    if "sdlp" in sections:
+        sdlp, shape = sdlp_step(copy.deepcopy(model), tok, args)
+        sdlp["step"] = sdlp["total"] + sdlp["on-policy sampling"]
+        rows += [["SDLP", name, sdlp[name], shape if name == "total" else ""]
+                 for name in ("collate", "teacher forward", "student forward", "loss (chunked KL)", "backward",
+                              "optimizer", "total")]
+        rows.append(["SDLP", "on-policy sampling", sdlp["on-policy sampling"],
+                     f"{args.batch * args.rollout_steps} rows in one generate() / {args.rollout_steps} steps; "
+                     f"{sdlp['sampled tokens']:.0f} tokens a row (median)"])
+        rows.append(["SDLP", "on-policy step (the recipe's, lmbda 1.0)", sdlp["step"], ""])
+    grpo = None
+    if "grpo" in sections:
+        grpo, shape = grpo_step(copy.deepcopy(model), tok, args)
+        grpo["other"] = grpo["total"] - sum(v for k, v in grpo.items() if k != "total")
+        rows += [["GRPO", name, grpo[name], shape if name == "total" else ""]
+                 for name in ("generation", "reward", "forward (log-probs, no grad)", "forward (log-probs, grad)",
+                              "backward", "optimizer", "other", "total") if name in grpo]
+    speedups = decode(model, tok, prompt, args.generations, args.completion_tokens, args.steps, args.compile) \
+        if "decode" in sections else None
+    for v in speedups or []:
+        rows.append(["decode", v["variant"], v["generate"],
+                     f"{v['generate'] / speedups[0]['generate']:.2f}x the floor; first call {v['first']:.1f} s; "
+                     f"KL {v['kl']:.2g} nats/token"])
+    para = paraphrase(model, tok, args) if "paraphrase" in sections else None
+    if para:
+        rows += [["paraphrase", "one request through the local server", para["paraphrase"],
+                  f"{para['tokens']} new tokens"],
+                 ["paraphrase", "generate of the same tokens, batch 1", para["generate"], ""]]
+    return {"floor": base, "sdlp": sdlp, "grpo": grpo, "paraphrase": para, "decode": speedups, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a local folder, or tiny")
     parser.add_argument("--steps", type=int, default=3, help="measured steps per section (after one warm-up)")
     parser.add_argument("--batch", type=int, default=4, help="SDLP rows per step")
+    parser.add_argument("--rollout-steps", type=int, default=1, help="SDLP steps whose on-policy rows are sampled "
+                        "in one generate() (the CPU recipe: 8)")
     parser.add_argument("--response-tokens", type=int, default=112, help="SDLP response tokens per row")
     parser.add_argument("--lora-r", type=int, default=16, help="SDLP LoRA rank (0: full fine-tuning, a frozen teacher copy)")
     parser.add_argument("--generations", type=int, default=4, help="GRPO completions per prompt")
@@ -336,6 +398,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="GRPO with gradient checkpointing (trl turns it off around generation)")
     parser.add_argument("--sections", default="floor,sdlp,grpo,paraphrase",
                         help="comma-separated: floor, sdlp, grpo, paraphrase, decode (rollout speed-ups)")
+    parser.add_argument("--precision", default="auto", help="comma-separated: auto (icw.precision's decision), fp32, "
+                        "bf16; several are measured one after the other in this process, with their ratios")
     parser.add_argument("--compile", action="store_true", help="decode: add a static KV cache under torch.compile")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random model, one step, 16 tokens")
     args = parser.parse_args(argv)
@@ -345,63 +409,53 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     from icw import ICWKey
+    from icw.precision import PRECISIONS, describe
 
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    if not precisions or not set(precisions) <= set(PRECISIONS):
+        parser.error(f"--precision {args.precision}: choose from {', '.join(PRECISIONS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    sections = set(args.sections.split(","))
     model, tok = load(args.model)
-    torch.manual_seed(0)
     prompt = prompt_ids(tok, ICWKey.from_string(wip_rows(tok, 1)[0]["key"]).prompt(QUERIES[0], tok))
     print(f"model {args.model}, torch {torch.__version__}, {torch.get_num_threads()} threads, load "
           f"{os.getloadavg()[0]:.2f}; medians of {args.steps} steps after one warm-up\n", flush=True)
-    rows: list[list[Any]] = []
-    rollouts = args.generations * args.prompts  # the floor writes a GRPO step's completions in one batch
-    base = floor(model, tok, prompt, rollouts, args.completion_tokens, args.steps) if "floor" in sections else None
-    if base:
-        rows += [["floor", "generate (KV cache)", f"{base['generate']:.2f}", base["shape"]],
-                 ["floor", "forward, no grad", f"{base['forward']:.2f}", base["shape"]]]
-    sdlp = None
-    if "sdlp" in sections:
-        import copy
-
-        sdlp, shape = sdlp_step(copy.deepcopy(model), tok, args)
-        rows += [["SDLP", name, f"{sdlp[name]:.2f}", shape if name == "total" else ""]
-                 for name in ("collate", "teacher forward", "student forward", "loss (chunked KL)", "backward",
-                              "optimizer", "total")]
-        rows.append(["SDLP", "on-policy sampling", f"{sdlp['on-policy sampling']:.2f}",
-                     f"{sdlp['sampled tokens']:.0f} tokens a row (median), added to an on-policy step"])
-    grpo = None
-    if "grpo" in sections:
-        import copy
-
-        grpo, shape = grpo_step(copy.deepcopy(model), tok, args)
-        grpo["other"] = grpo["total"] - sum(v for k, v in grpo.items() if k != "total")
-        rows += [["GRPO", name, f"{grpo[name]:.2f}", shape if name == "total" else ""]
-                 for name in ("generation", "reward", "forward (log-probs, no grad)", "forward (log-probs, grad)",
-                              "backward", "optimizer", "other", "total") if name in grpo]
-    speedups = decode(model, tok, prompt, args.generations, args.completion_tokens, args.steps, args.compile) \
-        if "decode" in sections else None
-    for v in speedups or []:
-        rows.append(["decode", v["variant"], f"{v['generate']:.2f}",
-                     f"{v['generate'] / speedups[0]['generate']:.2f}x the floor; first call {v['first']:.1f} s; "
-                     f"KL {v['kl']:.2g} nats/token"])
-    para = paraphrase(model, tok, args) if "paraphrase" in sections else None
-    if para:
-        rows += [["paraphrase", "one request through the local server", f"{para['paraphrase']:.2f}",
-                  f"{para['tokens']} new tokens"],
-                 ["paraphrase", "generate of the same tokens, batch 1", f"{para['generate']:.2f}", ""]]
-    print(markdown_table(["section", "phase", "median s", "shape"], rows))
+    results: dict[str, Any] = {}
+    before = os.environ.get("ICW_PRECISION")
+    try:
+        for precision in precisions:
+            os.environ["ICW_PRECISION"] = precision
+            torch.manual_seed(0)
+            results[precision] = measure(model, tok, prompt, args)
+            results[precision]["describe"] = describe("cpu")
+    finally:
+        os.environ.pop("ICW_PRECISION")
+        if before is not None:
+            os.environ["ICW_PRECISION"] = before
+    if len(precisions) > 1:  # one column per precision, and the first's time over the last's
+        first, last = (results[p]["rows"] for p in (precisions[0], precisions[-1]))
+        table = [[a[0], a[1], f"{a[2]:.2f}", f"{b[2]:.2f}", f"{a[2] / b[2]:.2f}x" if b[2] else "", a[3]]
+                 for a, b in zip(first, last, strict=True)]
+        print(markdown_table(["section", "phase", f"{precisions[0]} s", f"{precisions[-1]} s",
+                              f"{precisions[0]} / {precisions[-1]}", "shape"], table))
+    else:
+        print(markdown_table(["section", "phase", "median s", "shape"],
+                             [[r[0], r[1], f"{r[2]:.2f}", r[3]] for r in results[precisions[0]]["rows"]]))
     print()
-    if grpo and base:
-        print(f"GRPO step / generate floor: {grpo['total'] / base['generate']:.2f}x (target <= 2x); "
-              f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
-    if sdlp:
-        off, on = sdlp["total"], sdlp["total"] + sdlp["on-policy sampling"]
-        print(f"SDLP on-policy step / off-policy step: {on / off:.2f}x; lmbda 1.0 step / lmbda 0.5 step (mean): "
-              f"{on / ((on + off) / 2):.2f}x")
-    if para:
-        print(f"paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
-    return {"floor": base, "sdlp": sdlp, "grpo": grpo, "paraphrase": para, "decode": speedups, "rows": rows}
+    for name in precisions:
+        res = results[name]
+        grpo, base, sdlp, para = res["grpo"], res["floor"], res["sdlp"], res["paraphrase"]
+        print(f"{res['describe']}:")
+        if grpo and base:
+            print(f"  GRPO step / generate floor: {grpo['total'] / base['generate']:.2f}x (target <= 2x); "
+                  f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
+        if sdlp:
+            off, on = sdlp["total"], sdlp["step"]
+            print(f"  SDLP on-policy step / off-policy step: {on / off:.2f}x; lmbda 1.0 step / lmbda 0.5 step (mean): "
+                  f"{on / ((on + off) / 2):.2f}x")
+        if para:
+            print(f"  paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
+    return results if len(precisions) > 1 else results[precisions[0]]
 
 
 if __name__ == "__main__":

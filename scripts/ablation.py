@@ -102,9 +102,9 @@ SIZES = {
 
 
 def device_flags(device: str) -> list[str]:
-    """Trainer flags for a device: fp32 on CPU (bf16 is emulated on most CPUs), bf16 autocast on a GPU."""
-    on_gpu = device != "cpu"
-    return ["--use_cpu", str(not on_gpu).lower(), "--bf16", str(on_gpu).lower()]
+    """Trainer flags for a device; the precision is left to the recipes' one decision (:mod:`icw.precision`:
+    bf16 autocast where the CPU or GPU has native bf16, fp32 where it would be emulated)."""
+    return ["--use_cpu", str(device == "cpu").lower()]
 
 
 class Run:

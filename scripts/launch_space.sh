@@ -4,7 +4,8 @@
 #
 #   bash scripts/launch_space.sh                # http://127.0.0.1:7860, or the next free port
 #   bash scripts/launch_space.sh --port 8000 --host 0.0.0.0
-#   bash scripts/launch_space.sh --trained-model runs/speedrun/grpo   # a trained model's column beside the base's
+#   bash scripts/launch_space.sh --trained-model DIR   # a trained model's column beside the base's (default: the newest
+#                                                       # model scripts/speedrun.sh finished under ~/.cache/icw/runs)
 #   bash scripts/launch_space.sh --bundle DIR   # write an uploadable Space folder and exit
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -107,7 +108,7 @@ def test_detect_memory_quick(capsys):
 def test_train_step_quick(capsys):
     results = _load("train_step").main(["--quick"])
     rows = _rows(capsys.readouterr().out)
-    assert [r[0] for r in rows].count("SDLP") == 8 and rows[10][:2] == ["GRPO", "generation"]
+    assert [r[0] for r in rows].count("SDLP") == 9 and rows[11][:2] == ["GRPO", "generation"]
     assert all(float(r[2]) >= 0 for r in rows)
     sdlp = results["sdlp"]
     assert sdlp["on-policy sampling"] > 0 and 1 <= sdlp["sampled tokens"] <= 17  # 16 new tokens + the EOS appended
@@ -123,8 +124,25 @@ def test_train_step_full_fine_tuning_quick(capsys):
     assert results["sdlp"]["teacher forward"] > 0 and results["sdlp"]["optimizer"] > 0
 
 
+def test_train_step_measures_both_precisions_side_by_side(capsys):
+    """--precision fp32,bf16 measures every phase under each in one process, with the ratio; the SDLP step of the
+    recipe is the training step plus its share of one generate() over rollout_steps steps' rows."""
+    results = _load("train_step").main(["--quick", "--sections", "sdlp", "--lora-r", "0", "--precision", "fp32,bf16",
+                                        "--rollout-steps", "3"])
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert rows[0][:2] == ["SDLP", "collate"] and len(rows) == 9 and all(r[4].endswith("x") for r in rows)
+    assert all(float(r[4][:-1]) == pytest.approx(float(r[2]) / float(r[3]), abs=0.02) for r in rows if float(r[3]) > 0.05)
+    assert "6 rows in one generate() / 3 steps" in next(r[5] for r in rows if r[1] == "on-policy sampling")
+    assert results["fp32"]["describe"].startswith("fp32") and results["bf16"]["describe"].startswith("bf16 autocast")
+    for name in ("fp32", "bf16"):
+        sdlp = results[name]["sdlp"]
+        assert sdlp["step"] == pytest.approx(sdlp["total"] + sdlp["on-policy sampling"])
+    assert "ICW_PRECISION" not in os.environ
+
+
 def test_train_step_decode_quick(capsys):
-    results = _load("train_step").main(["--quick", "--sections", "decode"])
+    results = _load("train_step").main(["--quick", "--sections", "decode", "--precision", "fp32"])
     rows = _rows(capsys.readouterr().out)
     assert [r[:2] for r in rows] == [["decode", "fp32, dynamic KV cache (the floor)"], ["decode", "fp32, static KV cache"],
                                      ["decode", "int8 dynamic quantization, dynamic KV cache"]]

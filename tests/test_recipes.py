@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -170,22 +171,42 @@ def test_icw_train_cli_reports_bad_config(tmp_path, capsys):
 
 
 
-def test_trl_bf16_default_becomes_fp32_on_a_cpu_without_native_bf16():
-    import torch
+@pytest.mark.parametrize("native", [True, False])
+def test_the_precision_is_decided_in_one_place_by_the_hardware(native, monkeypatch):
+    """icw.precision decides for every recipe: bf16 where native, fp32 where emulated, an explicit bf16: false
+    kept, ICW_PRECISION over all of them; the shipped CPU configs leave the choice to it."""
+    from icw import precision
 
-    from icw.train.common import fp32_without_native_bf16
-
-    if torch.cuda.is_available() or torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        pytest.skip("this machine runs bf16 natively: the setting is kept")
-    # trl's GRPOConfig defaults bf16 to true; the SmolLM2 GRPO YAML without its `bf16: false` line gets it
-    args = grpo.make_parser().parse_args_and_config(
-        ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml"), "--bf16", "true"])[1]
-    assert args.bf16 and args.mixed_precision == "bf16"
-    with pytest.warns(UserWarning, match="no native bf16"):
-        fp32_without_native_bf16(args)
-    assert not args.bf16 and args.mixed_precision == "no"
-    fp32_without_native_bf16(args)  # fp32 stays fp32, silently
-    assert args.mixed_precision == "no"
+    monkeypatch.setattr(precision, "native_bf16", lambda device="cpu": native)
+    monkeypatch.delenv("ICW_PRECISION", raising=False)
+    for name in ("sdlp", "grpo", "sft"):
+        assert "\nbf16:" not in (ROOT / f"recipes/configs/smollm2-135m/{name}.yaml").read_text()
+    sdlp_args = sdlp.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml")])[1]
+    assert sdlp_args.bf16 is None  # unset: the machine decides
+    grpo_args = grpo.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml")])[1]
+    assert grpo_args.bf16  # trl's default
+    assert precision.resolve_training_precision(sdlp_args).startswith("bf16" if native else "fp32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = precision.resolve_training_precision(grpo_args)
+    assert len([w for w in caught if "emulated" in str(w.message)]) == (0 if native else 1)
+    for args in (sdlp_args, grpo_args):
+        assert args.bf16 is native and args.mixed_precision == ("bf16" if native else "no")
+    assert ("no native bf16" in line) is not native
+    explicit = sdlp.make_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--bf16", "false"])[1]
+    assert precision.resolve_training_precision(explicit) == "fp32 (bf16: false)" and not explicit.bf16
+    for forced in ("fp32", "bf16"):
+        monkeypatch.setenv("ICW_PRECISION", forced)
+        args = sdlp.make_parser().parse_args_and_config(
+            ["--config", str(ROOT / "recipes/configs/smollm2-135m/sdlp.yaml"), "--bf16", "false"])[1]
+        assert precision.resolve_training_precision(args).startswith("bf16" if forced == "bf16" else "fp32")
+        assert args.bf16 is (forced == "bf16") and precision.use_bf16("cpu") is (forced == "bf16")
+    monkeypatch.setenv("ICW_PRECISION", "fp16")
+    with pytest.raises(ValueError, match="ICW_PRECISION='fp16'"):
+        precision.use_bf16("cpu")
 
 
 def test_a_signal_during_training_saves_the_step_and_a_second_one_acts_at_once():

@@ -183,13 +183,15 @@ def trained_folder(tmp_path_factory):
     from icw import ICWKey
     from icw.models import load_tokenizer
     from icw.testing import tiny_random_model
+    from icw.train.card import training_facts, write_card
+    from icw.train.common import DCSArguments
     from icw.train.sdlp import SDLPConfig, SDLPTrainer
 
     tok = load_tokenizer("smollm2")
     rows = [{"family": "wip", "key": ICWKey.create("wip", seed=1_000_000 + i, tokenizer=tok).to_string(),
              "query": q, "response": "Bright blue light bounces between bits of air.", "label": 1}
             for i, q in enumerate(["Why is the sky blue?", "How do bees make honey?"])]
-    out = tmp_path_factory.mktemp("trained")
+    out = tmp_path_factory.mktemp("runs") / "speedrun-wip" / "grpo"  # where the speedrun leaves its last stage
     config = SDLPConfig(output_dir=str(out), report_to="none", use_cpu=True, max_steps=2, per_device_train_batch_size=2,
                         learning_rate=1e-3, save_strategy="no")
     trainer = SDLPTrainer(tiny_random_model("smollm2").train(), config, train_dataset=Dataset.from_list(rows),
@@ -197,6 +199,9 @@ def trained_folder(tmp_path_factory):
     trainer.train()
     trainer.save_model(str(out))
     tok.save_pretrained(out)
+    # the facts and card a recipe writes when training ends (icw_training.json says final)
+    write_card(out, training_facts(trainer, "sdlp", DCSArguments(dataset_name="rows"), "tiny"), trainer.state,
+               final=True)
     return out
 
 
@@ -225,3 +230,22 @@ def test_the_trained_models_column_in_the_browser(space_url, page, tmp_path, tra
     assert "tokenizer=smollm2" in page.locator("#icw-key textarea").input_value()
     assert "Traceback" not in page.content()
     _save_screenshot(page, tmp_path, "space_trained_column.png")
+
+
+def test_the_page_finds_the_speedruns_model_without_a_flag(space_url, page, tmp_path, trained_folder, monkeypatch):
+    """A model the speedrun finished under the runs folder (icw.runs) fills the trained column with no flag, and
+    the verdict names the model and its card."""
+    monkeypatch.delenv("ICW_SPACE_TRAINED_MODEL", raising=False)
+    monkeypatch.setenv("ICW_RUNS", str(trained_folder.parents[1]))
+    page.goto(space_url, wait_until="load", timeout=120_000)
+    _wait_for_key(page)
+    tokens = page.locator("#icw-max-new-tokens input[type=number]")
+    tokens.fill("16")
+    tokens.press("Enter")
+    page.locator("#icw-generate").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#icw-verdict-trained')?.innerText || '').includes('z =')", timeout=240_000)
+    verdict = page.locator("#icw-verdict-trained").inner_text()
+    assert f"Model: {trained_folder}" in verdict and f"its card: {trained_folder / 'README.md'}" in verdict, verdict
+    assert page.locator("#icw-answer-trained .token").count() > 0
+    _save_screenshot(page, tmp_path, "space_trained_found.png")

@@ -4,6 +4,7 @@ and the synthesis defects of issue 16 (tiny random Qwen3 with the real Qwen3 tok
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ from icw.train.sdlp import (
     sa_bias_codes,
     tokenize_dataset,
 )
-from icw.train.synthesis import SynthesisConfig, plan, synthesize
+from icw.train.synthesis import SynthesisConfig, plan, query_use, synthesize
+from icw.train.transfer import batch_seeds, on_policy_batches
 from icw.vocab import vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +167,7 @@ def test_on_policy_batches_are_scored_along_the_students_own_tokens(tiny_qwen, t
     trainer = SDLPTrainer(model, config, train_dataset=_dcs(tok).select(range(1, 4)), processing_class=tok)
     feats = [trainer.train_dataset[i] for i in range(3)]
     batch = trainer.data_collator(feats)
-    new = trainer.on_policy_batch(trainer.model, batch)
+    new = on_policy_batches(trainer, trainer.model, [batch], [batch_seeds(trainer, 0, 0, 3)])[0]
     # the same draw by hand: the student's prompt (left-padded), each row sampled from its own seed (step 0, rows 0-2)
     prompts = [f["student_prompt_ids"] for f in feats]
     width = max(map(len, prompts))
@@ -221,6 +223,37 @@ def test_sdlp_trains_with_each_new_option(tiny_qwen, tmp_path, options):
                     if f == "wip" and w}) == 1
 
 
+def test_rollouts_of_several_steps_come_from_one_generate_with_the_same_seeds(tiny_qwen, tmp_path):
+    """rollout_steps groups the on-policy samples of several optimizer steps into one generate() call; each row
+    keeps its own seed, so with a frozen policy (lr 1e-30: below fp32 resolution) the trained batches equal those of one call a step."""
+    from icw.testing import tiny_random_model
+
+    _, tok = tiny_qwen
+    dcs = _dcs(tok)
+    dcs = dcs.select([i % len(dcs) for i in range(12)])
+
+    def run(rollout_steps):
+        torch.manual_seed(0)
+        model = tiny_random_model("qwen3").train()
+        config = SDLPConfig(output_dir=str(tmp_path / f"r{rollout_steps}"), report_to="none", use_cpu=True,
+                            max_steps=5, per_device_train_batch_size=2, top_k_sa=50, max_response_length=10,
+                            learning_rate=1e-30, save_strategy="no", lmbda=1.0, rollout_steps=rollout_steps,
+                            bf16=False, disable_tqdm=True)
+        trainer = SDLPTrainer(model, config, train_dataset=dcs, processing_class=tok)
+        calls, trained = [], []
+        generate = model.generate
+        model.generate = lambda *a, **kw: calls.append(len(kw["input_ids"])) or generate(*a, **kw)
+        step = trainer.training_step
+        trainer.training_step = lambda m, inputs, n=None: trained.append(inputs["student_input_ids"].tolist()) or step(m, inputs, n)
+        trainer.train()
+        return calls, trained
+
+    calls_1, trained_1 = run(1)
+    calls_3, trained_3 = run(3)
+    assert calls_1 == [2] * 5 and calls_3 == [6, 4]  # steps 0-2 in one call, 3-4 in the next
+    assert trained_3 == trained_1 and len(trained_1) == 5
+
+
 def test_sdlp_config_rejects_bad_fractions():
     with pytest.raises(ValueError, match="lmbda"):
         SDLPConfig(output_dir="unused", report_to="none", lmbda=1.5)
@@ -273,9 +306,11 @@ def test_plan_keeps_h0_queries_apart_from_h1(qwen3):
     h1 = {it["query"] for it in items if it["label"] == 1}
     h0 = {it["query"] for it in items if it["label"] == 0}
     assert h1 and h0 and not h1 & h0
-    with pytest.warns(UserWarning, match="reused"):
+    with warnings.catch_warnings():  # more rows than queries is the plan, said once in the run's summary
+        warnings.simplefilter("error")
         items = plan(SynthesisConfig(families=["wip"], num_h1=[10], num_h0=[3]), QUERIES)
     assert not {it["query"] for it in items if it["label"]} & {it["query"] for it in items if not it["label"]}
+    assert "reused with other keys" in query_use(items) and "D_H1 10 rows from" in query_use(items)
 
 
 def test_synthesis_stores_the_sampled_ids_and_training_uses_them(tiny_qwen, tmp_path):

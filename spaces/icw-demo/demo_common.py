@@ -13,6 +13,7 @@ from typing import Any
 import gradio as gr
 
 from icw.models import SMOLLM2_HUB_ID, MissingAssetError, load_model, load_tokenizer, package_asset
+from icw.runs import latest_trained_model
 
 #: Inputs longer than these are cut (with a notice) so one request cannot hog the CPU.
 MAX_QUERY_CHARS = 2_000
@@ -50,8 +51,9 @@ TRAINED_HELP = ("Column 2's prompt (the key's instruction + the query) answered 
 #: What the trained column says when no trained model was given to the page.
 NO_TRAINED_MODEL = ("**No trained model loaded.** This column shows column 2's prompt answered by a model trained "
                     "to follow the key (SDLP, then GRPO), beside the base model that follows it weakly. Make one "
-                    "with `bash scripts/speedrun.sh` (hours on a CPU), then start the page with "
-                    "`icw space --trained-model runs/speedrun/grpo` (or set `ICW_SPACE_TRAINED_MODEL`).")
+                    "with `PRESET=wip bash scripts/speedrun.sh` (hours on a CPU): the page then finds it under "
+                    "`~/.cache/icw/runs` by itself; or name any model folder with `icw space --trained-model DIR` "
+                    "(or `ICW_SPACE_TRAINED_MODEL`).")
 KGW_TITLE = "KGW baseline"
 KGW_HELP = ("The query alone, decoded with transformers' own `WatermarkLogitsProcessor` (KGW: a green list "
             "re-drawn from the previous token), judged by transformers' `WatermarkDetector`: the watermark "
@@ -109,8 +111,11 @@ def default_model() -> str:
 
 
 def trained_model() -> str | None:
-    """``$ICW_SPACE_TRAINED_MODEL`` (a folder or Hub id of a model trained with icw's recipe), else ``None``."""
-    return os.environ.get("ICW_SPACE_TRAINED_MODEL", "").strip() or None
+    """``$ICW_SPACE_TRAINED_MODEL`` (a folder or Hub id of a model trained with icw's recipe), else the newest model
+    the speedrun finished under the runs folder (:func:`icw.runs.latest_trained_model`), else ``None``."""
+    named = os.environ.get("ICW_SPACE_TRAINED_MODEL", "").strip()
+    found = latest_trained_model() if not named else None
+    return named or (str(found) if found else None)
 
 
 def default_model_available() -> bool:

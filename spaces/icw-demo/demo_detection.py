@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -187,7 +188,13 @@ def render_trained(details: dict[str, Any], key: ICWKey, alpha: float) -> list[A
     tok = get_model(trained["model"])[1]
     result = verify([trained["text"]], key, tok if key.family != "sa" else None, alpha=alpha, highlights=True)[0]
     details["trained"] = {**result_summary("trained", trained["text"], result), "model": trained["model"]}
-    return [highlighted(trained["text"], result), verdict_markdown(result)]
+    return [highlighted(trained["text"], result), verdict_markdown(result) + trained_model_note(trained["model"])]
+
+
+def trained_model_note(model: str) -> str:
+    """The line under the trained column's verdict naming the model, and its card where the folder has one."""
+    card = Path(model) / "README.md"
+    return f"\n\nModel: `{model}`" + (f" · its card: `{card}`" if card.is_file() else "")
 
 
 def rescore(details: dict | None, alpha: Any):

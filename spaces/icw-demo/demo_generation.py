@@ -39,6 +39,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from icw.generation import DEFAULT_SAMPLING, chat_prompt, prompt_overflow, user_message
 from icw.keys import ICWKey
+from icw.precision import autocast
 from icw.processors import logits_processor
 from icw.verification import DEFAULT_ALPHA
 from icw.vocab import vocabulary
@@ -144,7 +145,7 @@ def generate_batch(model: Any, tok: Any, query: str, key: ICWKey, *, delta: floa
     def work() -> None:
         try:
             torch.manual_seed(int(seed))
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast(device):  # bf16 where native (icw.precision)
                 box["out"] = model.generate(
                     **enc, logits_processor=processors, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
                     streamer=streamer, stopping_criteria=StoppingCriteriaList([_StopWhenSet(stop, abandoned)]),

@@ -24,6 +24,9 @@ from .citation import BIBTEX, PAPER_AUTHORS, PAPER_TITLE
 from .jsonl import read_json_object
 from .keys import FAMILY_NAMES, check_family
 from .models import SMOLLM2_HUB_ID
+from .runs import (
+    TRAINING_FACTS,  # kept beside the card, so a later `icw hub model-card` keeps "How it was trained"
+)
 
 #: The ICWBench dataset's Hub id (:data:`icw.bench.dataset.ICWBENCH_ID`); a card cites it only when the run used it.
 DEFAULT_DATASET_ID = ICWBENCH_ID
@@ -31,9 +34,6 @@ DEFAULT_DATASET_ID = ICWBENCH_ID
 TEMPLATE_NAME = "model_card.md"
 #: Queries per family in the paper's evaluation (Section 5.1: 500 LFQA queries, reused across families).
 PAPER_NUM_QUERIES = 500
-#: The facts of a training run, kept beside its card so that a later ``icw hub model-card RESULTS --out DIR``
-#: on that folder keeps the "How it was trained" section (:func:`write_training_card`).
-TRAINING_FACTS = "icw_training.json"
 
 
 def model_card_template() -> Path:

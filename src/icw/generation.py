@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .keys import ICWKey, as_keys
+from .precision import autocast
 from .processors import logits_processor
 
 Mode = Literal["plain", "instruction", "bias"]
@@ -167,8 +168,9 @@ def generate_responses(
         processors = [logits_processor([key_list[i] for i in batch], tokenizer, delta)] if mode == "bias" else []
         if seed is not None:
             torch.manual_seed(seed + batch[0])
-        out = model.generate(**enc, logits_processor=processors, max_new_tokens=max_new_tokens,
-                             pad_token_id=tokenizer.pad_token_id, **kwargs)
+        with autocast(device):  # bf16 where the hardware has it natively (icw.precision)
+            out = model.generate(**enc, logits_processor=processors, max_new_tokens=max_new_tokens,
+                                 pad_token_id=tokenizer.pad_token_id, **kwargs)
         generated = out[:, enc["input_ids"].shape[1] :]
         texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
         for i, text, seq in zip(batch, texts, generated.tolist(), strict=True):

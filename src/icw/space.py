@@ -51,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     space.add_argument("--port", type=port, help="port to serve on (default: 7860, or the next free one)")
     space.add_argument("--host", help="address to serve on (default: 127.0.0.1; 0.0.0.0 to share on your network)")
     space.add_argument("--trained-model", metavar="MODEL",
-                       help="a model trained with icw's recipe (a folder, e.g. runs/speedrun/grpo, or a Hub id): its "
-                            "answer to the instructed prompt is shown beside the base model's")
+                       help="a model trained with icw's recipe (a folder or a Hub id): its answer to the instructed "
+                            "prompt is shown beside the base model's (default: the newest model scripts/speedrun.sh "
+                            "finished under ~/.cache/icw/runs)")
     space.set_defaults(func=_main)

@@ -45,11 +45,13 @@ class ChatModel:
                  temperature: float = 0.7, top_p: float = 0.95, seed: int | None = None) -> tuple[str, int, int, str]:
         import torch
 
+        from ..precision import autocast
+
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         enc = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
             "do_sample": False}
-        with self.lock, torch.inference_mode():
+        with self.lock, torch.inference_mode(), autocast(self.model.device):  # bf16 where native
             if seed is not None:
                 torch.manual_seed(seed)
             out = self.model.generate(**enc, max_new_tokens=max_tokens, pad_token_id=self.tokenizer.pad_token_id,

@@ -189,9 +189,9 @@ def main(attack_args: AdaptiveAttackArguments, training_args: Any, model_args: A
     """Train the attacker as parsed by :func:`make_parser`; writes the adapter and ``icw_attack.json``."""
     from trl import GRPOTrainer, get_peft_config
 
-    from .common import fp32_without_native_bf16, load_policy, train_resumable
+    from .common import load_policy, set_precision, train_resumable
 
-    fp32_without_native_bf16(training_args)
+    set_precision(training_args)
     model, tokenizer = load_policy(model_args)
     rows = read_positives(attack_args.positives, attack_args.families, attack_args.max_samples, training_args.seed)
     reward = EvasionReward(attack_args.alpha, attack_args.utility_weight, attack_args.evasion_bonus,

@@ -101,22 +101,18 @@ def load_policy(model_args: Any) -> tuple[Any, Any]:
     return model.train(), tokenizer
 
 
-def fp32_without_native_bf16(training_args: Any) -> None:
-    """Turn off bf16 mixed precision on a CPU that has no native bf16 (trl's configs default ``bf16`` to true).
-
-    Autocast then converts every weight at every op and emulates bf16 matmuls: on this project's AVX2 CPU a
-    SmolLM2 forward took 3.8x as long as in fp32, and a GRPO step of 4 x 120 tokens 52x its ``generate`` floor
-    (``benchmarks/train_step.py``). GPUs, and CPUs with native bf16 (AVX-512 BF16, AMX), keep the setting.
+def set_precision(training_args: Any) -> None:
+    """Decide the run's precision (:func:`icw.precision.resolve_training_precision`: bf16 autocast where the
+    hardware has native bf16, fp32 where it would be emulated) and say which on stderr, from the main process.
 
     Args:
-        training_args (`transformers.TrainingArguments`): its ``bf16`` and ``mixed_precision`` are changed in place.
+        training_args (`transformers.TrainingArguments`): its ``bf16`` and ``mixed_precision`` are set in place.
     """
-    on_cpu = training_args.use_cpu or not torch.cuda.is_available()
-    if training_args.bf16 and on_cpu and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        warnings.warn("this CPU has no native bf16, where bf16 autocast is several times slower than fp32: "
-                      "training in fp32 (set bf16: false to silence this)", stacklevel=2)
-        training_args.bf16 = False
-        training_args.mixed_precision = "no"
+    from ..precision import resolve_training_precision
+
+    line = resolve_training_precision(training_args)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"icw: training in {line}", file=sys.stderr, flush=True)
 
 
 def resume_checkpoint(training_args: Any) -> str | None:

@@ -269,12 +269,12 @@ def main(script_args: Any, training_args: Any, model_args: Any, reward_args: ICW
     from trl import get_peft_config
     from trl.import_utils import is_vllm_available
 
-    from .common import fp32_without_native_bf16, load_policy, train_and_save
+    from .common import load_policy, set_precision, train_and_save
 
     reward_args = reward_args or ICWRewardArguments()
     if training_args.use_vllm and not is_vllm_available():
         raise ValueError("use_vllm is set but vLLM is not installed: pip install 'icw[vllm]' or set use_vllm: false")
-    fp32_without_native_bf16(training_args)
+    set_precision(training_args)
     model, tokenizer = load_policy(model_args)
     dataset = grpo_dataset(script_args.load(label=1, seed=training_args.seed), tokenizer,
                            reward_args.instruction_template)

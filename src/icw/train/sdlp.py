@@ -27,7 +27,6 @@ copy of the model); full fine-tuning keeps a frozen copy.
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,10 +39,15 @@ from ..acrostic import sa_bias_codes, sa_bias_rows
 from ..keys import FAMILIES, ICWKey, as_key, green_mask
 from ..vocab import vocabulary
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
-from .sampling import row_seeds
 from .sdlp_config import SDLPConfig
 from .sdlp_data import tokenize_dataset, tokenize_row  # noqa: F401 (part of the SDLP API)
-from .transfer import Rows, on_policy_batch, relabel_curriculum, relabel_key, relabel_keys
+from .transfer import (
+    Rows,
+    relabel_curriculum,
+    relabel_key,
+    relabel_keys,
+    with_rollouts,
+)
 
 __all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
            "relabel_curriculum", "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
@@ -360,6 +364,8 @@ class SDLPTrainer(Trainer):
                          processing_class=processing_class, callbacks=callbacks, **kwargs)
         self.model_accepts_loss_kwargs = False  # our loss is already a batch mean; Trainer scales for accumulation
         self.teacher_model = teacher_model
+        self._rollout_source: Any = None  # the epoch iterator the buffered micro-batches came from
+        self._rollout_buffer: list[list[dict[str, Any]]] = []  # per coming step, its micro-batches
         if teacher_model is not None:
             if self.is_deepspeed_enabled:
                 from trl.models.utils import prepare_deepspeed
@@ -372,26 +378,20 @@ class SDLPTrainer(Trainer):
             else:
                 self.teacher_model = teacher_model.to(self.accelerator.device)
 
-    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> torch.Tensor:
-        """With probability ``lmbda`` (as trl's GKD) the batch's responses are replaced by the student's own
-        samples before the usual SDLP step. The draw depends on (seed, step) alone, so a resumed run makes the
-        same choices as an uninterrupted one."""
-        step = self.state.global_step
-        self._micro_batch = (step, self._micro_batch[1] + 1 if self._micro_batch[0] == step else 0)
-        if self.args.lmbda > 0 and random.Random(f"{self.args.seed}:{step}").random() < self.args.lmbda:
-            inputs = self.on_policy_batch(model, inputs)
-        return super().training_step(model, inputs, num_items_in_batch)
-
-    _micro_batch: tuple[int, int] = (-1, 0)  # (optimizer step, micro-batch of that step on this process)
-
-    def on_policy_batch(self, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-        """The batch with the student's own samples as responses: :func:`icw.train.transfer.on_policy_batch`.
-
-        Each row is sampled from its own seed (:func:`icw.train.sampling.row_seeds`: the run's seed, the step
-        and the row's place in the step's global batch), so 1 or N processes sample the same answers."""
-        rows = len(inputs["rows"].rows)
-        place = self._micro_batch[1] * self.accelerator.num_processes + self.accelerator.process_index
-        return on_policy_batch(self, model, inputs, row_seeds(self.args.seed, self.state.global_step, place * rows, rows))
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, None]:
+        """The step's micro-batches, on-policy ones with the student's own samples as responses, drawn for
+        ``rollout_steps`` steps at a time (:func:`icw.train.transfer.with_rollouts`)."""
+        if self._rollout_source is not epoch_iterator:  # a new epoch: nothing buffered carries over
+            self._rollout_source, self._rollout_buffer = epoch_iterator, []
+        if not self._rollout_buffer:
+            steps = []
+            for _ in range(min(self.args.rollout_steps, max(self.state.max_steps - self.state.global_step, 1))):
+                batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+                if not batches:
+                    break
+                steps.append(batches)
+            self._rollout_buffer = with_rollouts(self, steps)
+        return (self._rollout_buffer.pop(0) if self._rollout_buffer else []), None
 
     def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
         with torch.no_grad():
@@ -479,9 +479,9 @@ def main(script_args: Any, training_args: SDLPConfig, model_args: Any) -> SDLPTr
     the policy, train, save (and push) with icw's model card in the output and checkpoint folders."""
     from trl import get_peft_config
 
-    from .common import fp32_without_native_bf16, load_policy, train_and_save
+    from .common import load_policy, set_precision, train_and_save
 
-    fp32_without_native_bf16(training_args)
+    set_precision(training_args)
     model, tokenizer = load_policy(model_args)
     dataset = script_args.load(seed=training_args.seed)
     trainer = SDLPTrainer(model, training_args, train_dataset=dataset, processing_class=tokenizer,

@@ -16,7 +16,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from ..generation import user_message
 from ..keys import as_key
-from .common import DCSArguments, fp32_without_native_bf16, load_policy, train_and_save
+from .common import DCSArguments, load_policy, set_precision, train_and_save
 
 
 @dataclass
@@ -75,7 +75,7 @@ def main(script_args: DCSArguments, training_args: SFTConfig, model_args: ModelC
          sft_args: SFTDataArguments | None = None) -> SFTTrainer:
     """Train as parsed by :func:`make_parser`."""
     sft_args = sft_args or SFTDataArguments()
-    fp32_without_native_bf16(training_args)
+    set_precision(training_args)
     model, tokenizer = load_policy(model_args)
     rows = script_args.load(label=None if sft_args.include_h0 else 1, seed=training_args.seed)
     trainer = SFTTrainer(model=model, args=training_args,

@@ -9,6 +9,7 @@ own samples. Both are switched on by :class:`~icw.train.sdlp_config.SDLPConfig` 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from ..keys import FAMILIES, ICWKey, as_key
-from .sampling import RowSeededSampling
+from .sampling import RowSeededSampling, row_seeds
 
 #: First key seed of relabelled training keys: inside the training pool (>= 1,000,000), apart from
 #: the synthesis seeds (family offsets of 10,000,000 below 40,000,000).
@@ -140,37 +141,87 @@ class Rows:
 
 
 @torch.no_grad()
-def on_policy_batch(trainer: Any, model: Any, inputs: dict[str, Any], seeds: Sequence[int]) -> dict[str, Any]:
-    """The same rows with responses sampled by the student from its own prompt (``transformers``
-    ``generate``), re-collated: the teacher then scores the student's own tokens, its ``Delta_t``
-    (WIP/TSP mask, SA replay) follows them, and nothing of the off-policy answer remains.
+def on_policy_batches(trainer: Any, model: Any, batches: Sequence[dict[str, Any]],
+                      seeds: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
+    """The same rows with responses sampled by the student from its own prompt, re-collated: the teacher then
+    scores the student's own tokens, its ``Delta_t`` (WIP/TSP mask, SA replay) follows them, and nothing of the
+    off-policy answer remains.
+
+    The rows of all ``batches`` are sampled in one ``generate`` call: decoding on a CPU is memory-bound, so 32
+    rows cost about three times 4 rows (``benchmarks/train_step.py``). Each row is sampled from its own seed, so
+    how the rows are grouped into calls does not change what a given policy samples. Under bf16 training
+    (``args.bf16``) decoding runs under bf16 autocast, as the training forward does.
 
     Args:
         trainer (`SDLPTrainer`): gives the tokenizer, collator and generation settings.
         model: the student that samples the responses.
-        inputs (`dict`): a collated batch carrying its :class:`Rows` under ``"rows"``.
-        seeds (`Sequence[int]`): one sampling seed per row (:class:`~icw.train.sampling.RowSeededSampling`).
+        batches (`Sequence[dict]`): collated batches, each carrying its :class:`Rows` under ``"rows"``.
+        seeds (`Sequence[Sequence[int]]`): per batch, one sampling seed per row
+            (:class:`~icw.train.sampling.RowSeededSampling`).
     """
-    rows = inputs["rows"].rows
+    rows = [r for inputs in batches for r in inputs["rows"].rows]
     tok = trainer.processing_class
+    device = trainer.accelerator.device
     prompts = [list(r["student_prompt_ids"]) for r in rows]
     width = max(len(p) for p in prompts)
     pad = trainer.data_collator.pad_id
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=trainer.accelerator.device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=trainer.accelerator.device)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     max_new = trainer.args.on_policy_max_new_tokens or max(trainer.args.max_response_length - 1, 1)
     unwrapped = trainer.accelerator.unwrap_model(model)
     was_training = unwrapped.training
     unwrapped.eval()
     try:
-        sampler = RowSeededSampling(seeds, temperature=trainer.args.on_policy_temperature)
-        out = unwrapped.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
-                                 logits_processor=LogitsProcessorList([sampler]), pad_token_id=pad,
-                                 eos_token_id=tok.eos_token_id, use_cache=True)
+        sampler = RowSeededSampling([s for row_seeds in seeds for s in row_seeds],
+                                    temperature=trainer.args.on_policy_temperature)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(trainer.args.bf16)):
+            out = unwrapped.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
+                                     logits_processor=LogitsProcessorList([sampler]), pad_token_id=pad,
+                                     eos_token_id=tok.eos_token_id, use_cache=True)
     finally:
         unwrapped.train(was_training)
     features = []
     for r, seq in zip(rows, out[:, width:].tolist(), strict=True):
         cut = seq.index(tok.eos_token_id) if tok.eos_token_id in seq else len(seq)
         features.append({**r, "response_ids": seq[:cut] + [tok.eos_token_id]})
-    return trainer.data_collator(features)
+    bounds = np.cumsum([0] + [len(inputs["rows"].rows) for inputs in batches])
+    return [trainer.data_collator(features[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def batch_seeds(trainer: Any, step: int, micro_batch: int, rows: int) -> list[int]:
+    """The sampling seeds of one micro-batch's rows: :func:`icw.train.sampling.row_seeds` of the run's seed, the
+    step and the rows' place in the step's global batch, so 1 or N processes draw the same seeds.
+
+    Args:
+        trainer (`SDLPTrainer`): gives the run's seed and the process layout.
+        step (`int`): the optimizer step.
+        micro_batch (`int`): the batch's place among its step's micro-batches on this process.
+        rows (`int`): the batch's rows.
+    """
+    place = micro_batch * trainer.accelerator.num_processes + trainer.accelerator.process_index
+    return row_seeds(trainer.args.seed, step, place * rows, rows)
+
+
+def with_rollouts(trainer: Any, steps: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The micro-batches of the coming optimizer steps (``steps[s]`` for step ``global_step + s``), those of
+    on-policy steps with the student's own samples, all drawn in one ``generate`` call
+    (:func:`on_policy_batches`).
+
+    A step is on-policy with probability ``lmbda`` (as trl's GKD), by a draw that depends on (seed, step) alone,
+    and each row keeps its own seed (:func:`batch_seeds`): what changes with ``rollout_steps`` is only the policy
+    that samples, up to ``rollout_steps - 1`` updates old for the group's later steps. A run resumed inside a
+    group starts a new group there, with the same seeds.
+
+    Args:
+        trainer (`SDLPTrainer`): the trainer; its model samples.
+        steps (`list[list[dict]]`): per coming step, its collated micro-batches.
+    """
+    first, args = trainer.state.global_step, trainer.args
+    chosen = [(s, m) for s, batches in enumerate(steps) for m in range(len(batches))
+              if args.lmbda > 0 and random.Random(f"{args.seed}:{first + s}").random() < args.lmbda]
+    if chosen:
+        seeds = [batch_seeds(trainer, first + s, m, len(steps[s][m]["rows"].rows)) for s, m in chosen]
+        sampled = on_policy_batches(trainer, trainer.model, [steps[s][m] for s, m in chosen], seeds)
+        for (s, m), batch in zip(chosen, sampled, strict=True):
+            steps[s][m] = batch
+    return steps
