@@ -1,12 +1,13 @@
 """ICW for third parties, end to end: keys per document, PDFs protected, reviews written and screened.
 
-1. ``--num-documents`` one-page PDFs are made with reportlab (a title and a 100-200-word passage of the bundled
+1. ``--num-documents`` one-page PDFs are made with reportlab (a title and a 60-120-word passage of the bundled
    reference corpus' *screening* half), one WIP key each is derived from a secret (``icw.documents.issue_keys``, keys over
    SmolLM2's tokenizer), and each key's instruction is hidden in its PDF (``icw.protect.protect_pdf``).
 2. The embedded model (SmolLM2-135M-Instruct) is asked "Write a review of this document." followed by the
    protected PDF's text as pypdf extracts it (hidden instruction included), twice: plain (does the small model
    follow the hidden instruction by itself?) and with the key's logit bias (``generate_responses(mode="bias")``),
-   standing in for a model that follows it. Batches of 32 rows; the answers are cached, so a rerun only screens.
+   standing in for a model that follows it. Batches of 32 rows, int8 weights (torch's ``quantize_dynamic``, as the
+   Space decodes on a CPU); the answers are cached, so a rerun only screens.
 3. Screens (``icw.response_screen.screen_responses``, Holm at alpha 0.01 unless said otherwise):
    * the biased reviews alone, and the plain ones alone;
    * ``--num-human`` human texts (the reference corpus' *audit* half, which never chose a key) each paired
@@ -19,7 +20,7 @@
 WIP is the family the embedded model's bias carries best (docs/detection-power.md), so it is the one used.
 
     python benchmarks/third_party.py            # 100 documents, 2,000 human texts: minutes on 2 cores
-    python benchmarks/third_party.py --quick    # 8 documents, 24-token reviews, 200 human texts
+    python benchmarks/third_party.py --quick    # 4 documents, 24-token reviews, 200 human texts
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ QUERY = "Write a review of this document."
 
 
 def make_pdfs(folder: Path, num: int) -> dict[str, Path]:
-    """``num`` one-page PDFs: a title and a passage (100-200 words) of the reference corpus' screening half each."""
+    """``num`` one-page PDFs: a title and a passage (60-120 words) of the reference corpus' screening half each."""
     from reportlab.lib.pagesizes import letter
     from reportlab.lib.styles import getSampleStyleSheet
     from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer
 
     from icw.reference import reference_corpus
 
-    passages = [p for p in reference_corpus() if p.split == "screen" and 100 <= len(p.text.split()) <= 200]
+    passages = [p for p in reference_corpus() if p.split == "screen" and 60 <= len(p.text.split()) <= 120]
     random.Random(0).shuffle(passages)
     styles = getSampleStyleSheet()
     out = {}
@@ -79,7 +80,11 @@ def reviews(prompts: list[str], keys: list[str], mode: str, tokens: int, cache: 
     ids = [f"{mode}:{tokens}:{hash_text(p + k)}" for p, k in zip(prompts, keys, strict=True)]
     todo = [i for i, rid in enumerate(ids) if rid not in done]
     if todo:
+        import torch
+
         model, tok = load_model("smollm2")
+        # int8 weights, as the Space decodes on a CPU: about 2x faster, the logit bias untouched
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
         def save(batch: list[int], answers: list[str]) -> None:
             with cache.open("a", encoding="utf-8") as out:
@@ -99,17 +104,17 @@ def hash_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-documents", type=int, default=100)
     parser.add_argument("--num-human", type=int, default=2000)
     parser.add_argument("--tokens", type=int, default=160, help="review length (new tokens)")
     parser.add_argument("--num-subscreens", type=int, default=1000)
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "icw-third-party-reviews.jsonl"))
-    parser.add_argument("--quick", action="store_true", help="8 documents, 24-token reviews, 200 human texts")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="4 documents, 24-token reviews, 200 human texts")
+    args = parser.parse_args(argv)
     if args.quick:
-        args.num_documents, args.num_human, args.tokens, args.num_subscreens = 8, 200, 24, 100
+        args.num_documents, args.num_human, args.tokens, args.num_subscreens = 4, 200, 24, 100
 
     import pypdf
 
@@ -191,6 +196,8 @@ def main() -> None:
         rows.append(row)
     print(markdown_table(["responses screened m (the reviews + human p-values)", "power, Holm (FWER 0.01)",
                           "power, BH (FDR 0.01)", "Holm's first threshold alpha / m"], rows))
+    return {"found": found, "documents": n, "human": h, "human_flags": on_human.num_flagged,
+            "bias_flags": on_bias.num_flagged, "plain_flags": on_plain.num_flagged, "fwer_hits": fwer_hits}
 
 
 if __name__ == "__main__":

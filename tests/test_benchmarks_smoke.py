@@ -159,3 +159,12 @@ def test_datatrove_throughput_quick(capsys):
                                             ("sa", "datatrove, 2 tasks")]
     assert rows[0]["texts"] == 200 and all(v > 0 for v in rows[0]["speed"].values())
     assert table[0][3] == "1.00x" and all(re.fullmatch(r"\d+\.\d\dx", r[4]) for r in table[3:])
+
+
+@pytest.mark.slow
+def test_third_party_quick(capsys, tmp_path):
+    pytest.importorskip("pypdf", reason="the documents extra")
+    got = _load("third_party").main(["--quick", "--cache", str(tmp_path / "reviews.jsonl")])
+    printed = capsys.readouterr().out
+    assert got["found"] == got["documents"] == 4 and got["human"] == 200 and got["human_flags"] == 0
+    assert "per 1,000 responses" in printed and [r[0] for r in _rows(printed)][-4:] == ["4", "1,000", "10,000", "100,000"]

@@ -328,6 +328,11 @@ def test_the_three_steps_from_the_command_line(tmp_path):
     secret = _icw("documents", "secret", cwd=tmp_path)
     assert secret.returncode == 0 and len(secret.stdout.strip()) == 64 and "keep this secret" in secret.stderr
     (tmp_path / "secret.txt").write_text(secret.stdout)
+    kept = _icw("documents", "secret", "--out", "kept.txt", cwd=tmp_path)
+    assert kept.returncode == 0 and (tmp_path / "kept.txt").stat().st_mode & 0o777 == 0o600
+    before = (tmp_path / "kept.txt").read_text()
+    again = _icw("documents", "secret", "--out", "kept.txt", cwd=tmp_path)
+    assert again.returncode == 2 and "kept.txt exists" in again.stderr and (tmp_path / "kept.txt").read_text() == before
     keys = _icw("documents", "keys", "--secret-file", "secret.txt", "--manifest", "m.jsonl", "--tokenizer", "smollm2",
                 "101.pdf", "102.html", cwd=tmp_path)
     assert keys.returncode == 0, keys.stderr

@@ -1,6 +1,6 @@
 """``icw documents``: ICW for third parties, in three steps (and a secret to start from).
 
-* ``icw documents secret > secret.txt``: a fresh random secret; keep it private.
+* ``icw documents secret --out secret.txt``: a fresh random secret; keep it private.
 * ``icw documents keys --secret-file secret.txt --manifest manifest.jsonl papers/*.pdf``: one screened
   key per document (:mod:`icw.documents`), appended to the manifest; ids already issued are skipped, so a
   rerun issues only the new documents.
@@ -31,9 +31,21 @@ def _note(message: str) -> None:
 
 
 def _secret(args: argparse.Namespace) -> None:
+    import os
+
     from .documents import new_secret
 
-    print(new_secret())
+    if args.out is None:
+        print(new_secret())
+    else:
+        try:  # created readable by its owner only, and never over an existing secret
+            fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise DocumentError(f"{args.out} exists: a new secret would orphan every key issued from it; "
+                                "choose another file") from None
+        with os.fdopen(fd, "w") as handle:
+            handle.write(new_secret() + "\n")
+        print(f"secret written to {args.out} (readable by you only)")
     _note("keep this secret private: with it anyone can rebuild every document's key (the manifest never holds it)")
 
 
@@ -119,7 +131,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "responses screened")
     steps = docs.add_subparsers(dest="documents_command", required=True)
 
-    secret = steps.add_parser("secret", help="print a new random secret (keep it private)")
+    secret = steps.add_parser("secret", help="make a new random secret (keep it private)")
+    secret.add_argument("--out", metavar="FILE", help="write it to FILE (created readable by you only; an existing "
+                        "file is never overwritten) instead of printing it")
     secret.set_defaults(func=_secret)
 
     keys = steps.add_parser("keys", help="issue one key per document, derived from the secret, into the manifest")

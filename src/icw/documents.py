@@ -68,7 +68,7 @@ def _secret_bytes(secret: str | bytes) -> bytes:
         raise DocumentError(f"the secret must be a string or bytes, got {type(secret).__name__}")
     if len(secret) < MIN_SECRET_BYTES:
         raise DocumentError(f"the secret has {len(secret)} bytes; use at least {MIN_SECRET_BYTES} "
-                            "(make one with `icw documents secret > secret.txt`)")
+                            "(make one with `icw documents secret --out secret.txt`)")
     return bytes(secret)
 
 
@@ -234,7 +234,7 @@ def read_secret(path: str | Path) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
     except FileNotFoundError:
-        raise DocumentError(f"{path}: no such secret file (make one with `icw documents secret > {path}`)") from None
+        raise DocumentError(f"{path}: no such secret file (make one with `icw documents secret --out {path}`)") from None
     except (OSError, UnicodeDecodeError) as err:
         raise DocumentError(f"cannot read secret file {path}: {err}") from None
     _secret_bytes(text)
