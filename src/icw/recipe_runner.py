@@ -11,6 +11,8 @@ one a new user meets first: a configuration that names Hub models or datasets, r
 (``HF_HUB_OFFLINE=1``) or without network. That line names the local alternative
 (``--model_name_or_path smollm2``, a local folder, a queries file) instead of a ``ConnectionError``
 traceback. ``--help`` lists ``--config`` (the YAML run file), which ``TrlParser`` reads itself.
+Warnings that third-party code raises on every run and that a user cannot act on (:data:`THIRD_PARTY_NOISE`,
+each with the reason) are silenced inside the block, and only those.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,13 @@ LOCAL_ALTERNATIVES = {
 }
 #: For synthesis, ``dataset_name`` is a Hub dataset of queries: a local file (or the bundled questions) replaces it.
 SYNTHESIS_QUERIES = "--queries_file FILE (one query per line; without it and dataset_name: the bundled questions)"
+#: Warnings raised by third-party code on every run of a recipe that a user cannot act on: (category, message
+#: regex, why). Silenced while a recipe runs (:func:`recipe_errors`); tests/test_speedrun.py runs the shipped
+#: commands with every other warning an error.
+THIRD_PARTY_NOISE = (
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated",
+     "trl 1.x reads transformers' deprecated alias each time GRPO generates (trl.models.utils), whatever the config"),
+)
 #: Exception class names (anywhere in an error's chain or its classes' bases) that mean "the Hub is unreachable".
 HUB_UNREACHABLE = frozenset({"ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectError",
                              "ConnectTimeout", "ConnectTimeoutError", "NewConnectionError"})
@@ -138,7 +148,10 @@ def recipe_errors(parser: Any, recipe: str, exit_on_error: bool = True) -> Itera
 
     parser.parse_args_and_config = parse_and_record
     try:
-        yield parser
+        with warnings.catch_warnings():
+            for category, message, _ in THIRD_PARTY_NOISE:
+                warnings.filterwarnings("ignore", message=message, category=category)
+            yield parser
     except Exception as err:
         if hub_unreachable(err):
             message = hub_error_message(err, recorded.parsed, recipe)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -217,7 +216,8 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
     The shuffled queries are split into a ``D_H1`` part and a ``D_H0`` part in proportion to the
     rows asked for, so no ``D_H0`` query is also a ``D_H1`` query (a shared query would give the
     student the same answer context with and without the bias). Within a part queries are not
-    reused while they last; then they are reused with other keys, with a warning.
+    reused while they last; then they are reused with other keys (the run's summary says so:
+    :func:`query_use`).
 
     Args:
         config (`SynthesisConfig`): gives the families, row counts and seeds.
@@ -237,10 +237,6 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
     else:
         cut = len(order) if need[1] else 0
     parts = {1: order[:cut], 0: order[cut:]}
-    for label, name in ((1, "D_H1"), (0, "D_H0")):
-        if need[label] > len(parts[label]):
-            warnings.warn(f"{need[label]} {name} rows from {len(parts[label])} queries: queries are reused with other "
-                          "keys", stacklevel=2)
     items, used = [], {1: 0, 0: 0}
     for f_index, family in enumerate(config.families):
         for label in (1, 0):
@@ -252,6 +248,24 @@ def plan(config: SynthesisConfig, queries: Sequence[str]) -> list[dict[str, Any]
                               "query": pool[used[label] % len(pool)]})
                 used[label] += 1
     return items
+
+
+def query_use(items: Sequence[dict[str, Any]]) -> str:
+    """One line of the run's summary: the queries each split drew on and, when there are fewer than its rows, that
+    they were reused with other keys (whose instructions, and so answers, differ).
+
+    Args:
+        items (`Sequence[dict]`): :func:`plan`'s rows.
+    """
+    parts, reused = [], False
+    for label, name in ((1, "D_H1"), (0, "D_H0")):
+        queries = [it["query"] for it in items if it["label"] == label]
+        if queries:
+            parts.append(f"{name} {len(queries)} rows from {len(set(queries))} queries")
+            reused |= len(queries) > len(set(queries))
+    note = "; each query is reused with other keys (more queries: --queries_file)" if reused else ""
+    shared = ", none shared by D_H1 and D_H0" if len(parts) == 2 else ""
+    return f"queries: {', '.join(parts)}{shared}{note}"
 
 
 def statistics(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -365,6 +379,7 @@ def synthesize(config: SynthesisConfig, model: Any = None, tokenizer: Any = None
     table = statistics(rows)
     (out / "stats.json").write_text(json.dumps(table, indent=2))
     print(format_statistics(table))
+    print(query_use(items))
     print(f"saved D_cs ({len(rows)} rows) to {out / 'data.parquet'} (statistics: {out / 'stats.json'})")
     return dataset
 
