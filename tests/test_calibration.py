@@ -1,16 +1,19 @@
-"""Per-key calibration on human text and key screening (icw key calibrate, icw key new --max-fpr)."""
+"""Per-key calibration on human text (icw key calibrate) and screening on your own corpus (icw key new --max-fpr):
+a screen of icw.screening over your passages, whose id the key records."""
 
 import json
+import re
 import subprocess
 import sys
+import warnings
 
-import numpy as np
 import pytest
 from scipy.stats import binomtest
 
 from icw import ICWKey, verify
-from icw.calibration import calibrate_keys, default_corpus, read_corpus, screen_key
+from icw.calibration import calibrate_keys, default_corpus, read_corpus
 from icw.reference import reference_corpus
+from icw.screening import acceptance_rate, corpus_screen, p_value_bound, screen
 
 # texts whose words all start with A-M: a WIP key of mostly A-M letters "fires" on every one
 SKEWED = [" ".join(w for w in ("apple bird cat dog egg fig gum hat ink jam kite lamp moon " * 3).split()[i:] + ["and"])
@@ -33,14 +36,52 @@ def test_calibration_counts_the_verifier_verdicts(qwen3):
     assert cal.num_false_positives >= 25  # the A-M key fires on every skewed text
 
 
-def test_screening_rejects_keys_above_the_bound(qwen3):
+def test_screening_on_your_corpus_is_a_screen_the_key_records(qwen3):
+    spec = corpus_screen(SKEWED, max_fpr=0.2, alpha=0.3)
+    assert re.fullmatch(r"corpus-[0-9a-f]{12}", spec.id) and (spec.split, len(spec.texts)) == ("all", 25)
+    assert corpus_screen(list(SKEWED), max_fpr=0.2, alpha=0.3).id == spec.id  # the same corpus and bounds: one id
+    assert len({spec.id, corpus_screen(SKEWED[1:], max_fpr=0.2, alpha=0.3).id,
+                corpus_screen(SKEWED, max_fpr=0.25, alpha=0.3).id, corpus_screen(SKEWED, max_fpr=0.2).id}) == 4
     # at alpha 0.3, keys with many A-M letters fire on every skewed text (seed 1's first draw does), others on none
-    key, cal, rejected = screen_key("wip", seed=1, tokenizer=qwen3, max_fpr=0.2, alpha=0.3, corpus=SKEWED)
-    assert cal.fpr <= 0.2 and all(r.fpr > 0.2 for r in rejected) and len(rejected) >= 1
-    # redrawn within seed 1's stream, as the default screen does: no other seed's key is handed out
-    assert [ICWKey.from_string(r.key).draw for r in rejected] == list(range(key.draw)) and key.seed == 1
-    assert ICWKey.from_string(key.to_string()) == key and key.screen is None
-    assert np.isclose(calibrate_keys(key, SKEWED, qwen3, alpha=0.3)[0].fpr, cal.fpr)
+    result = screen("wip", 1, qwen3, screen=spec)
+    key, (cal,) = result.key, result.screen_calibration
+    assert (key.seed, key.screen, key.draw) == (1, spec.id, len(result.rejected)) and result.rejected == list(range(key.draw))
+    assert key.draw >= 1 and cal.fpr <= 0.2 and all(c.fpr > 0.2 for (c,) in result.rejected_calibration)
+    assert ICWKey.from_string(key.to_string()) == key and key.to_string().endswith(f",draw={key.draw},screen={spec.id}")
+    assert calibrate_keys(key, SKEWED, qwen3, alpha=0.3)[0].num_false_positives == cal.num_false_positives
+    assert "passed screen corpus-" in verify(SKEWED[0], key, qwen3).null_hypothesis
+    # the acceptance rate: the share of uniform keys (seeds 3e9 + i, draw 0) within the bound on the corpus
+    uniform = [ICWKey.create("wip", 3_000_000_000 + i, qwen3) for i in range(40)]
+    passed, tried = acceptance_rate("wip", qwen3, screen=spec, num_keys=40)
+    assert (passed, tried) == (sum(c.fpr <= 0.2 for c in calibrate_keys(uniform, SKEWED, qwen3, alpha=0.3)), 40)
+    assert 0 < passed < 40  # the skewed corpus rejects some keys, not all
+    line = p_value_bound(spec, passed, tried)
+    assert f"r = {passed / tried:.2f}" in line and f"min(1, {tried / passed:.2f} p)" in line
+    assert "accepted none" in p_value_bound(spec, 0, 40)
+    with pytest.raises(ValueError, match="max_fpr must lie"):
+        corpus_screen(SKEWED, max_fpr=0)
+
+
+def test_the_old_call_and_old_key_strings_work_for_one_release(qwen3):
+    with pytest.warns(DeprecationWarning, match="screen_key is deprecated"):
+        from icw.calibration import screen_key
+
+        key, cal, rejected = screen_key("wip", seed=1, tokenizer=qwen3, max_fpr=0.2, alpha=0.3, corpus=SKEWED)
+    new = screen("wip", 1, qwen3, screen=corpus_screen(SKEWED, max_fpr=0.2, alpha=0.3)).key
+    assert key == new and cal.fpr <= 0.2 and [ICWKey.from_string(r.key).draw for r in rejected] == list(range(key.draw))
+    assert all(r.fpr > 0.2 and r.num_texts == 25 for r in rejected)
+    # a key string the old call printed: the same draw, no screen; it loads and verifies as before, with a warning
+    old = key.to_string().rsplit(",screen=", 1)[0]
+    with pytest.warns(DeprecationWarning, match="a draw but no screen"):
+        loaded = ICWKey.from_string(old)
+    assert (loaded.draw, loaded.screen) == (key.draw, None) and loaded.green_letters == key.green_letters
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert [r.p_value for r in verify(SKEWED, old, qwen3)] == [r.p_value for r in verify(SKEWED, key, qwen3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ICWKey.from_string(key.to_string())  # screened keys and draw-0 keys load silently
+        ICWKey.from_string("icw:sa:seed=4,length=18")
 
 
 def run(*args):
@@ -58,10 +99,15 @@ def test_cli_calibrate_and_screen(tmp_path):
     out = run("key", "new", "--family", "wip", "--seed", "1", "--max-fpr", "0.2", "--alpha", "0.3", "--corpus", str(corpus))
     assert out.returncode == 0, out.stderr
     key = ICWKey.from_string(out.stdout)
-    assert "draw 0 of seed 1 rejected" in out.stderr and f"draw {key.draw} of seed 1 kept" in out.stderr
-    assert (key.seed, key.draw > 0) == (1, True)
+    spec = corpus_screen(SKEWED, max_fpr=0.2, alpha=0.3)
+    assert key.screen == spec.id and (key.seed, key.draw > 0) == (1, True)  # the file's passages, digested
+    assert "draw 0 of seed 1 rejected: empirical FPR 100.00% (25 of 25)" in out.stderr
+    assert f"draw {key.draw} of seed 1 kept" in out.stderr and f"on the 25 passages of {corpus}" in out.stderr
+    passed, tried = acceptance_rate("wip", "qwen3", screen=spec, num_keys=100)
+    assert f"icw: note: {p_value_bound(spec, passed, tried)}\n" in out.stderr
     for args, message in ((["key", "calibrate", "icw:sa:seed=4", "--corpus", str(tmp_path / "no.txt")], "no such corpus"),
                           (["key", "calibrate", "nonsense"], "malformed key"),
-                          (["key", "new", "--family", "sa", "--seed", "1", "--max-fpr", "0"], "max_fpr must lie")):
+                          (["key", "new", "--family", "sa", "--seed", "1", "--max-fpr", "0"], "max_fpr must lie"),
+                          (["key", "new", "--family", "sa", "--seed", "1", "--corpus", str(corpus)], "give both")):
         out = run(*args)
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr

@@ -1,16 +1,15 @@
-"""Per-key calibration: the false-positive rate of *one* key on human text, and key screening.
+"""Per-key calibration: the false-positive rate of *one* key on human text.
 
 The verifiers' p-values are exact on average over keys (TSP, WIP) or secrets (SA): a randomly
 drawn key fires on a fraction ``alpha`` of texts independent of it. One fixed key on one kind of
 text can still be above or below ``alpha``. :func:`calibrate_keys` measures it: the key's
 empirical FPR at ``alpha`` on a corpus of human passages, with a Clopper-Pearson interval
 (:func:`clopper_pearson`; the passages are taken as independent draws of the domain).
-:func:`screen_key` redraws a seed's key and keeps the first draw whose empirical FPR is at most
-``max_fpr`` (screen on one half of a corpus and audit on the other: ``docs/detection-power.md``).
+Choosing keys by that rate is :mod:`icw.screening`'s job (the default screen ``ref1``, or a screen over
+your own corpus, :func:`icw.screening.corpus_screen`), which measures each draw here.
 
 The default corpus is the bundled reference corpus (:mod:`icw.reference`, every passage with its provenance
-and licence), all domains pooled: its audit half for :func:`calibrate_keys`, its screening half for
-:func:`screen_key`. Calibrate on text like yours with ``corpus=``.
+and licence), its audit half, all domains pooled. Calibrate on text like yours with ``corpus=``.
 
 Example:
     >>> from icw import ICWKey
@@ -22,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -35,8 +35,6 @@ from .multikey import _score_many
 from .verification import DEFAULT_ALPHA, DEFAULT_NULL_KEYS, DEFAULT_PERMUTATIONS, _check_texts
 
 DEFAULT_CONFIDENCE = 0.95
-#: Screening gives up after this many rejected seeds (a bound below alpha rejects nearly every key).
-MAX_SCREEN_TRIES = 200
 
 
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -139,6 +137,22 @@ def read_corpus(path: str | Path) -> list[str]:
     return texts
 
 
+def load_corpus(corpus: list[str] | tuple[str, ...] | str | Path | None, split: str = "audit") -> tuple[list[str], str]:
+    """``(passages, name)`` of a corpus given as passages, a file (:func:`read_corpus`) or ``None`` (one half of the
+    bundled reference corpus, every domain pooled: :func:`default_corpus`).
+
+    Args:
+        corpus: a list of passages, a corpus file, or ``None``.
+        split (`str`, defaults to ``"audit"``): the reference corpus' half for ``corpus=None``.
+    """
+    if corpus is None:
+        return list(default_corpus(split)), f"reference corpus, {split} half (all domains)"
+    if isinstance(corpus, (str, Path)):
+        return read_corpus(corpus), str(corpus)
+    texts = _check_texts(list(corpus), 10**9)
+    return texts, f"{len(texts)} passages"
+
+
 def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | str | Path | None = None,
                    tokenizer: Any = None, *, alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE,
                    num_null_keys: int = DEFAULT_NULL_KEYS) -> list[Calibration]:
@@ -163,10 +177,7 @@ def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | 
         raise ValueError(f"alpha and confidence must lie strictly between 0 and 1, got {alpha!r} and {confidence!r}")
     if len({k.family for k in keys}) > 1:
         raise ValueError("calibrate the keys of each family separately")
-    name = "reference corpus, audit half (all domains)" if corpus is None else \
-        str(corpus) if isinstance(corpus, (str, Path)) else f"{len(corpus)} passages"
-    texts = list(default_corpus()) if corpus is None else read_corpus(corpus) if isinstance(corpus, (str, Path)) \
-        else _check_texts(list(corpus), 10**9)
+    texts, name = load_corpus(corpus)
     out = []
     fires = np.zeros(len(keys), dtype=np.int64)
     for start in range(0, len(texts), 500):  # bounded memory for large corpora
@@ -179,46 +190,9 @@ def calibrate_keys(keys: ICWKey | str | list[ICWKey | str], corpus: list[str] | 
     return out
 
 
-def screen_key(family: str, seed: int, tokenizer: Any = None, *, max_fpr: float = 0.02, alpha: float = DEFAULT_ALPHA,
-               corpus: list[str] | str | Path | None = None, max_tries: int = MAX_SCREEN_TRIES,
-               **params: Any) -> tuple[ICWKey, Calibration, list[Calibration]]:
-    """Screening on your own corpus: the first draw of the seed's stream (``draw = 0, 1, ...``, as the default
-    screen of :func:`icw.screening.screen` redraws) whose empirical FPR at ``alpha`` on ``corpus`` is at most
-    ``max_fpr``. The key records its ``draw``, so it verifies anywhere; it names no screen, since the corpus is
-    yours, and keys of different seeds never share material.
-
-    Args:
-        family (`str`): ``"tsp"``, ``"wip"`` or ``"sa"``.
-        seed (`int`): the key seed.
-        tokenizer (*optional*): the tokenizer TSP/WIP keys are built for (alias, folder or object).
-        max_fpr (`float`, defaults to 0.02): the largest empirical FPR a key may have to be accepted.
-        alpha (`float`, defaults to 0.01): the significance level the FPR is measured at.
-        corpus (*optional*): human passages, or a corpus file; ``None``: the reference corpus' screening half.
-        max_tries (`int`, defaults to 200): draws tried before giving up with an error.
-        **params: key parameters passed to :meth:`ICWKey.create` (e.g. ``gamma=``).
-
-    Returns:
-        ``(key, its calibration, the calibrations of the draws rejected before it)``.
-
-    Example:
-        >>> key, cal, rejected = screen_key("sa", seed=3, max_fpr=0.05, corpus=default_corpus()[:100])
-        >>> cal.fpr <= 0.05 and key.seed == 3 and key.draw == len(rejected)
-        True
-    """
-    if not 0.0 < max_fpr <= 1.0:
-        raise ValueError(f"max_fpr must lie in (0, 1], got {max_fpr!r}")
-    tok = tokenizer
-    if family != "sa" and tok is not None and not callable(tok):
-        raise TypeError("tokenizer must be a Hugging Face tokenizer")
-    texts = list(default_corpus("screen")) if corpus is None else corpus
-    base = ICWKey.create(family, seed, tok if family != "sa" else None, **params)
-    rejected: list[Calibration] = []
-    batch = 8  # calibrate a few draws per pass over the corpus: most keys pass
-    for start in range(0, max_tries, batch):
-        keys = [base.with_params(draw=draw) for draw in range(start, min(start + batch, max_tries))]
-        for key, cal in zip(keys, calibrate_keys(keys, texts, tok, alpha=alpha), strict=True):
-            if cal.fpr <= max_fpr:
-                return key, cal, rejected
-            rejected.append(cal)
-    raise ValueError(f"no draw of seed {seed} among {max_tries} has an empirical FPR at most {max_fpr:g} at "
-                     f"alpha {alpha:g} on this corpus: raise --max-fpr (it should exceed alpha)")
+def __getattr__(name: str) -> Any:
+    """``screen_key``, deprecated: it moved to :mod:`icw.screening` (a screen over your corpus); removed in the next
+    release."""
+    if name == "screen_key":
+        return importlib.import_module(".screening", __package__).screen_key
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

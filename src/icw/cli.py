@@ -68,31 +68,43 @@ def _key_new(args: argparse.Namespace) -> None:
             params["num_letters"] = args.length
         else:
             params["length"] = args.length
+    if args.corpus and args.max_fpr is None:
+        raise ValueError("--corpus is what --max-fpr RATE screens on: give both (icw key calibrate KEY --corpus FILE "
+                         "measures a key on it)")
     tokenizer = load_tokenizer(args.tokenizer) if args.family != "sa" or args.instruction else None
-    if args.max_fpr is not None:
-        from .calibration import screen_key
+    if args.max_fpr is not None or args.screen:
+        from .screening import corpus_screen, screen
 
-        key, cal, rejected = screen_key(args.family, args.seed, tokenizer if args.family != "sa" else None,
-                                        max_fpr=args.max_fpr, alpha=args.alpha,
-                                        corpus=args.corpus, **params)
-        for r in rejected:
-            print(f"icw: note: draw {ICWKey.from_string(r.key).draw} of seed {key.seed} rejected: empirical FPR "
-                  f"{r.fpr:.2%} at alpha {r.alpha:g} on {r.num_texts} passages is above --max-fpr {args.max_fpr:g}",
-                  file=sys.stderr)
-        print(f"icw: note: draw {key.draw} of seed {key.seed} kept: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, "
-              f"{cal.ci[1]:.2%}] at alpha {cal.alpha:g} on {cal.num_texts} passages", file=sys.stderr)
-    elif args.screen:
-        from .screening import screen
-
-        result = screen(args.family, args.seed, tokenizer if args.family != "sa" else None, screen=args.screen,
-                        **params)
+        spec = args.screen if args.max_fpr is None else corpus_screen(args.corpus, max_fpr=args.max_fpr,
+                                                                      alpha=args.alpha)
+        result = screen(args.family, args.seed, tokenizer if args.family != "sa" else None, screen=spec, **params)
         key = result.key
-        print(f"icw: note: {result.screen.describe()}: draw {key.draw} of seed {key.seed} kept"
-              + (f" ({len(result.rejected)} earlier draw(s) rejected)" if result.rejected else ""), file=sys.stderr)
+        _print_screen(result, tokenizer if key.family != "sa" else None, params)
     else:
         key = ICWKey.create(args.family, args.seed, tokenizer if args.family != "sa" else None, **params)
     _print_reference_fpr(key, tokenizer if key.family != "sa" else None, args.alpha)
     print(key.instruction(tokenizer) if args.instruction else key.to_string())
+
+
+def _print_screen(result: Any, tokenizer: Any, params: dict[str, Any]) -> None:
+    """How a screen chose the key, on stderr; for a screen over your corpus, each draw's FPR there and the screen's
+    measured acceptance rate with what it does to the key's p-values."""
+    key, spec = result.key, result.screen
+    if spec.texts is None:
+        print(f"icw: note: {spec.describe()}: draw {key.draw} of seed {key.seed} kept"
+              + (f" ({len(result.rejected)} earlier draw(s) rejected)" if result.rejected else ""), file=sys.stderr)
+        return
+    print(f"icw: note: {spec.describe()}", file=sys.stderr)
+    from .screening import CORPUS_ACCEPTANCE_KEYS, acceptance_rate, p_value_bound
+
+    for draw, (cal,) in zip(result.rejected, result.rejected_calibration, strict=True):
+        print(f"icw: note: draw {draw} of seed {key.seed} rejected: empirical FPR {cal.fpr:.2%} "
+              f"({cal.num_false_positives} of {cal.num_texts}) is above {spec.max_fpr:g}", file=sys.stderr)
+    (cal,) = result.screen_calibration
+    print(f"icw: note: draw {key.draw} of seed {key.seed} kept: empirical FPR {cal.fpr:.2%} [{cal.ci[0]:.2%}, "
+          f"{cal.ci[1]:.2%}] ({cal.num_false_positives} of {cal.num_texts}; these passages chose it)", file=sys.stderr)
+    passed, tried = acceptance_rate(key.family, tokenizer, screen=spec, num_keys=CORPUS_ACCEPTANCE_KEYS, **params)
+    print(f"icw: note: {p_value_bound(spec, passed, tried)}", file=sys.stderr)
 
 
 def _print_reference_fpr(key: ICWKey, tokenizer: Any, alpha: float) -> None:
@@ -309,8 +321,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     new.add_argument("--num-letters", type=positive_int, help="WIP green-letter count (default: 13)")
     new.add_argument("--length", type=positive_int, help="SA secret length (default: 18)")
     new.add_argument("--instruction", action="store_true", help="print the rendered instruction instead")
-    new.add_argument("--max-fpr", type=rate, metavar="RATE", help="screen the key on --corpus: redraw within --seed's stream "
-                     "until the key's empirical false-positive rate at --alpha on the corpus is at most RATE (e.g. 0.02)")
+    new.add_argument("--max-fpr", type=rate, metavar="RATE", help="screen the key on --corpus instead: redraw within "
+                     "--seed's stream until the key's empirical false-positive rate at --alpha on the corpus is at most "
+                     "RATE (e.g. 0.02); the key records the screen's id (corpus-...), and its measured acceptance rate "
+                     "is printed")
     new.add_argument("--alpha", type=open_unit, default=DEFAULT_ALPHA,
                      help="significance level of the per-domain false-positive report and of --max-fpr")
     new.add_argument("--corpus", help="human text for --max-fpr: JSON Lines with a 'text' field, or plain text with "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
@@ -399,6 +400,10 @@ class ICWKey:
         unknown = set(data) - allowed
         if unknown:
             raise ICWKeyError(f"unknown key field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+        if data.get("draw") and data.get("screen") is None:  # `icw key new --max-fpr` before it named its screen
+            warnings.warn("a key with a draw but no screen is deprecated (support ends in the next release): it "
+                          "verifies as before; `icw key new --max-fpr ... --corpus ...` with the same seed, corpus "
+                          "and bounds gives the same key with its screen id", DeprecationWarning, stacklevel=3)
         return cls(**data)
 
     @classmethod
