@@ -226,6 +226,9 @@ def sdlp_step(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[dic
             batch = on_policy_batches(trainer, policy, [trainer.data_collator(group)], [seeds])[0]
             sampled.append(batch["response_mask"].sum(1).float().mean().item())
         timer.current["on-policy sampling"] /= args.rollout_steps
+        if args.rollout_steps > 1:  # beside it, one step's rows alone in their generate() (rollout_steps 1)
+            with timer.phase("on-policy sampling, rollout_steps 1"):
+                on_policy_batches(trainer, policy, [inputs], [batch_seeds(trainer, 0, 0, args.batch)])
         timer.end_step(total)
     shape = (f"{args.batch} rows: teacher {len(features[0]['teacher_prompt_ids'])} + {len(features[0]['response_ids'])}, "
              f"student {len(features[0]['student_prompt_ids'])} + {len(features[0]['response_ids'])} tokens, "
@@ -357,7 +360,12 @@ def measure(model: Any, tok: Any, prompt: list[int], args: argparse.Namespace) -
         rows.append(["SDLP", "on-policy sampling", sdlp["on-policy sampling"],
                      f"{args.batch * args.rollout_steps} rows in one generate() / {args.rollout_steps} steps; "
                      f"{sdlp['sampled tokens']:.0f} tokens a row (median)"])
-        rows.append(["SDLP", "on-policy step (the recipe's, lmbda 1.0)", sdlp["step"], ""])
+        if args.rollout_steps > 1:
+            sdlp["step, rollout_steps 1"] = sdlp["total"] + sdlp["on-policy sampling, rollout_steps 1"]
+            rows.append(["SDLP", "on-policy sampling, rollout_steps 1", sdlp["on-policy sampling, rollout_steps 1"],
+                         f"{args.batch} rows in one generate() (rollout_steps 1)"])
+            rows.append(["SDLP", "on-policy step, rollout_steps 1", sdlp["step, rollout_steps 1"], ""])
+        rows.append(["SDLP", f"on-policy step, rollout_steps {args.rollout_steps}", sdlp["step"], ""])
     grpo = None
     if "grpo" in sections:
         grpo, shape = grpo_step(copy.deepcopy(model), tok, args)
@@ -449,12 +457,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if grpo and base:
             print(f"  GRPO step / generate floor: {grpo['total'] / base['generate']:.2f}x (target <= 2x); "
                   f"GRPO's own generation / floor: {grpo['generation'] / base['generate']:.2f}x")
+        if sdlp and args.rollout_steps > 1:
+            print(f"  SDLP on-policy step, rollout_steps 1 / rollout_steps {args.rollout_steps}: "
+                  f"{sdlp['step, rollout_steps 1'] / sdlp['step']:.2f}x")
         if sdlp:
             off, on = sdlp["total"], sdlp["step"]
             print(f"  SDLP on-policy step / off-policy step: {on / off:.2f}x; lmbda 1.0 step / lmbda 0.5 step (mean): "
                   f"{on / ((on + off) / 2):.2f}x")
         if para:
             print(f"  paraphrase / generate: {para['paraphrase'] / para['generate']:.2f}x (target <= 1.5x)")
+    first, last = results[precisions[0]]["sdlp"], results[precisions[-1]]["sdlp"]
+    if len(precisions) > 1 and first and last:  # the recipe before (first precision, one step's rows a generate)
+        before = first.get("step, rollout_steps 1", first["step"])
+        print(f"SDLP step: {precisions[0]} with rollout_steps 1 / {precisions[-1]} with rollout_steps "
+              f"{args.rollout_steps}: {before / last['step']:.2f}x")
     return results if len(precisions) > 1 else results[precisions[0]]
 
 

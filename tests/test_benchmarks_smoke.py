@@ -131,13 +131,18 @@ def test_train_step_measures_both_precisions_side_by_side(capsys):
                                         "--rollout-steps", "3"])
     out = capsys.readouterr().out
     rows = _rows(out)
-    assert rows[0][:2] == ["SDLP", "collate"] and len(rows) == 9 and all(r[4].endswith("x") for r in rows)
-    assert all(float(r[4][:-1]) == pytest.approx(float(r[2]) / float(r[3]), abs=0.02) for r in rows if float(r[3]) > 0.05)
+    assert rows[0][:2] == ["SDLP", "collate"] and len(rows) == 11 and all(r[4].endswith("x") for r in rows)
+    assert [r[1] for r in rows[-3:]] == ["on-policy sampling, rollout_steps 1", "on-policy step, rollout_steps 1",
+                                         "on-policy step, rollout_steps 3"]
+    assert "SDLP step: fp32 with rollout_steps 1 / bf16 with rollout_steps 3: " in out
+    for a, b, row in zip(results["fp32"]["rows"], results["bf16"]["rows"], rows, strict=True):  # the same phase
+        assert a[:2] == b[:2] == row[:2] and row[4] == (f"{a[2] / b[2]:.2f}x" if b[2] else "")
     assert "6 rows in one generate() / 3 steps" in next(r[5] for r in rows if r[1] == "on-policy sampling")
     assert results["fp32"]["describe"].startswith("fp32") and results["bf16"]["describe"].startswith("bf16 autocast")
     for name in ("fp32", "bf16"):
         sdlp = results[name]["sdlp"]
         assert sdlp["step"] == pytest.approx(sdlp["total"] + sdlp["on-policy sampling"])
+        assert sdlp["step, rollout_steps 1"] == pytest.approx(sdlp["total"] + sdlp["on-policy sampling, rollout_steps 1"])
     assert "ICW_PRECISION" not in os.environ
 
 
