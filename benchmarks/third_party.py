@@ -4,10 +4,11 @@
    reference corpus' *screening* half), one WIP key each is derived from a secret (``icw.documents.issue_keys``, keys over
    SmolLM2's tokenizer), and each key's instruction is hidden in its PDF (``icw.protect.protect_pdf``).
 2. The embedded model (SmolLM2-135M-Instruct) is asked "Write a review of this document." followed by the
-   protected PDF's text as pypdf extracts it (hidden instruction included), twice: plain (does the small model
-   follow the hidden instruction by itself?) and with the key's logit bias (``generate_responses(mode="bias")``),
-   standing in for a model that follows it. Batches of 32 rows, int8 weights (torch's ``quantize_dynamic``, as the
-   Space decodes on a CPU); the answers are cached, so a rerun only screens.
+   protected PDF's text as pypdf extracts it (hidden instruction included), with the key's logit bias
+   (``generate_responses(mode="bias")``), standing in for a model that follows it, and, for the first
+   ``--num-plain`` documents, plain (does the small model follow the hidden instruction by itself?). Batches of
+   32 rows, bf16 weights where the CPU has native bf16 (``icw.precision``); the answers are cached, so a rerun
+   only screens.
 3. Screens (``icw.response_screen.screen_responses``, Holm at alpha 0.01 unless said otherwise):
    * the biased reviews alone, and the plain ones alone;
    * ``--num-human`` human texts (the reference corpus' *audit* half, which never chose a key) each paired
@@ -82,9 +83,11 @@ def reviews(prompts: list[str], keys: list[str], mode: str, tokens: int, cache: 
     if todo:
         import torch
 
+        from icw.precision import use_bf16
+
         model, tok = load_model("smollm2")
-        # int8 weights, as the Space decodes on a CPU: about 2x faster, the logit bias untouched
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        if use_bf16("cpu"):  # bf16 weights under generate's bf16 autocast: no per-step cast (1.6x faster here)
+            model = model.to(torch.bfloat16)
 
         def save(batch: list[int], answers: list[str]) -> None:
             with cache.open("a", encoding="utf-8") as out:
@@ -109,12 +112,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-documents", type=int, default=100)
     parser.add_argument("--num-human", type=int, default=2000)
     parser.add_argument("--tokens", type=int, default=160, help="review length (new tokens)")
+    parser.add_argument("--num-plain", type=int, default=32, help="documents also reviewed without the bias (the "
+                        "first ones): one batch shows whether the small model follows the hidden instruction alone")
     parser.add_argument("--num-subscreens", type=int, default=1000)
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "icw-third-party-reviews.jsonl"))
     parser.add_argument("--quick", action="store_true", help="4 documents, 24-token reviews, 200 human texts")
     args = parser.parse_args(argv)
     if args.quick:
-        args.num_documents, args.num_human, args.tokens, args.num_subscreens = 4, 200, 24, 100
+        args.num_documents, args.num_human, args.tokens, args.num_subscreens, args.num_plain = 4, 200, 24, 100, 4
 
     import pypdf
 
@@ -139,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = [f"{QUERY}\n\n{texts[d]}" for d in ids]
     keys = [manifest[d].key for d in ids]
     start = time.perf_counter()
-    plain = reviews(prompts, keys, "plain", args.tokens, Path(args.cache))
+    num_plain = min(args.num_plain, len(ids))
+    plain = reviews(prompts[:num_plain], keys[:num_plain], "plain", args.tokens, Path(args.cache))
     biased = reviews(prompts, keys, "bias", args.tokens, Path(args.cache))
     generate_s = time.perf_counter() - start
 
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     humans = rng.sample(audit, min(args.num_human, len(audit)))
     human_rows = [Response(rng.choice(ids), f"human-{i}", t) for i, t in enumerate(humans)]
     bias_rows = [Response(d, f"bias-{d}", t) for d, t in zip(ids, biased, strict=True)]
-    plain_rows = [Response(d, f"plain-{d}", t) for d, t in zip(ids, plain, strict=True)]
+    plain_rows = [Response(d, f"plain-{d}", t) for d, t in zip(ids[:num_plain], plain, strict=True)]
 
     def screen(rows, method="holm"):
         return screen_responses(rows, manifest, method=method, alpha=ALPHA, highlights=False)
@@ -168,15 +174,15 @@ def main(argv: list[str] | None = None) -> dict:
     n, h = len(ids), len(humans)
     print(f"## ICW for third parties: {n} protected PDFs, WIP keys, SmolLM2-135M-Instruct, {args.tokens}-token reviews\n")
     print(f"Hidden instruction found in pypdf's extracted text: {found} of {n} PDFs. Making, keying and protecting "
-          f"the PDFs: {prepare_s:.1f} s; writing the {2 * n} reviews: {generate_s:.0f} s (cached on a rerun).\n")
+          f"the PDFs: {prepare_s:.1f} s; writing the {n + num_plain} reviews: {generate_s:.0f} s (cached on a rerun).\n")
     median = lambda rep: float(np.median([r.num_tokens_scored for r in rep.rows]))  # noqa: E731
     print(markdown_table(
         ["responses screened (Holm, alpha 0.01)", "n", "median units scored", "flagged", "rate [95% CI]",
          "unadjusted p <= 0.01"],
         [["reviews with the key's bias (a model that follows the instruction)", n, median(on_bias), on_bias.num_flagged,
           rate_with_ci(on_bias.num_flagged, n), int((bias_p <= ALPHA).sum())],
-         ["plain reviews (SmolLM2 reads the instruction, no bias)", n, median(on_plain), on_plain.num_flagged,
-          rate_with_ci(on_plain.num_flagged, n), sum(r.p_value <= ALPHA for r in on_plain.rows)],
+         ["plain reviews (SmolLM2 reads the instruction, no bias)", num_plain, median(on_plain), on_plain.num_flagged,
+          rate_with_ci(on_plain.num_flagged, num_plain), sum(r.p_value <= ALPHA for r in on_plain.rows)],
          ["human texts paired with random documents", h, median(on_human), on_human.num_flagged,
           rate_with_ci(on_human.num_flagged, h), f"{int((human_p <= ALPHA).sum())} ({(human_p <= ALPHA).mean():.2%})"],
          [f"all together: {h} human + {n} biased", h + n, median(mixed), f"{mixed_power} biased, {mixed_false} human",

@@ -315,7 +315,9 @@ def screen_responses(responses: Iterable[Response], manifest: Mapping[str, Docum
     path = Path(checkpoint) if checkpoint is not None else None
     done = _load_checkpoint(path)
     keys = {row.response.response_id: manifest[row.response.document_id].key for row in todo}
-    digests = [_digest(row.response, keys[row.response.response_id], num_null) for row in todo]
+    # the Monte Carlo size changes SA p-values only: a WIP or TSP score stays valid when responses are added
+    digests = [_digest(row.response, keys[row.response.response_id], num_null if row.family == "sa" else 0)
+               for row in todo]
     pending = [i for i, d in enumerate(digests) if d not in done]
     bar = tqdm(total=m, initial=m - len(pending), desc="icw screen", unit="response", disable=not progress)
     for start in range(0, len(pending), batch_size):
