@@ -394,7 +394,9 @@ class SDLPTrainer(Trainer):
         return (self._rollout_buffer.pop(0) if self._rollout_buffer else []), None
 
     def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
-        with torch.no_grad():
+        # under bf16 the frozen teacher runs in autocast too (accelerate wraps only the student's forward)
+        device = self.accelerator.device.type
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=bool(self.args.bf16)):
             if self.teacher_model is not None:
                 hidden = _final_hidden(self.teacher_model, inputs["teacher_input_ids"], inputs["teacher_attention_mask"])
                 return hidden, _head_fn(self.teacher_model)
