@@ -5,8 +5,8 @@
    SmolLM2's tokenizer), and each key's instruction is hidden in its PDF (``icw.protect.protect_pdf``).
 2. The embedded model (SmolLM2-135M-Instruct) is asked "Write a review of this document." followed by the
    protected PDF's text as pypdf extracts it (hidden instruction included), with the key's logit bias
-   (``generate_responses(mode="bias")``), standing in for a model that follows it, and, for the first
-   ``--num-plain`` documents, plain (does the small model follow the hidden instruction by itself?). Batches of
+   (``generate_responses(mode="bias")``), standing in for a model that follows it, and plain (does the small model
+   follow the hidden instruction by itself?; ``--num-plain N``: the first N documents only). Batches of
    32 rows, bf16 weights where the CPU has native bf16 (``icw.precision``); the answers are cached, so a rerun
    only screens.
 3. Screens (``icw.response_screen.screen_responses``, Holm at alpha 0.01 unless said otherwise):
@@ -20,7 +20,7 @@
 
 WIP is the family the embedded model's bias carries best (docs/detection-power.md), so it is the one used.
 
-    python benchmarks/third_party.py            # 100 documents, 2,000 human texts: minutes on 2 cores
+    python benchmarks/third_party.py            # 100 documents, 2,000 human texts: ~15 min (the reviews), then cached
     python benchmarks/third_party.py --quick    # 4 documents, 24-token reviews, 200 human texts
 """
 
@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num-documents", type=int, default=100)
     parser.add_argument("--num-human", type=int, default=2000)
     parser.add_argument("--tokens", type=int, default=160, help="review length (new tokens)")
-    parser.add_argument("--num-plain", type=int, default=32, help="documents also reviewed without the bias (the "
-                        "first ones): one batch shows whether the small model follows the hidden instruction alone")
+    parser.add_argument("--num-plain", type=int, help="review only the first N documents without the bias (default: "
+                        "all; one batch of 32 already shows whether the small model follows the hidden instruction)")
     parser.add_argument("--num-subscreens", type=int, default=1000)
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "icw-third-party-reviews.jsonl"))
     parser.add_argument("--quick", action="store_true", help="4 documents, 24-token reviews, 200 human texts")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = [f"{QUERY}\n\n{texts[d]}" for d in ids]
     keys = [manifest[d].key for d in ids]
     start = time.perf_counter()
-    num_plain = min(args.num_plain, len(ids))
+    num_plain = len(ids) if args.num_plain is None else min(args.num_plain, len(ids))
     plain = reviews(prompts[:num_plain], keys[:num_plain], "plain", args.tokens, Path(args.cache))
     biased = reviews(prompts, keys, "bias", args.tokens, Path(args.cache))
     generate_s = time.perf_counter() - start
