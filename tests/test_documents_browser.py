@@ -11,40 +11,19 @@ from pathlib import Path
 
 import pytest
 from test_documents import _green_text, _squash, make_pdf
-from test_space import launch_space
-from test_space_browser import CHROMIUM, FLAGS, _save_screenshot
+from test_space_browser import _save_screenshot, page, space_url  # noqa: F401 (the Space and browser fixtures)
 
 from icw.reference import reference_corpus
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-playwright = pytest.importorskip("playwright.sync_api")
 pypdf = pytest.importorskip("pypdf")
 
 
-@pytest.fixture(scope="module")
-def space_url(smollm2):
-    _, demo = launch_space(smollm2)
-    yield demo.local_url
-    demo.close()
-
-
-@pytest.fixture
-def page(tmp_path):
-    with playwright.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1400, "height": 1000})
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
-
-
-def _text_of(page, selector: str) -> str:
+def _text_of(page, selector: str) -> str:  # noqa: F811 (a page, not the fixture)
     return page.locator(selector).inner_text()
 
 
-def test_protect_a_pdf_and_screen_responses_in_the_browser(space_url, page, tmp_path):
+def test_protect_a_pdf_and_screen_responses_in_the_browser(space_url, page, tmp_path):  # noqa: F811 (the fixtures)
     pdf = make_pdf(tmp_path / "paper-7.pdf", pages=2)
     page.goto(space_url, wait_until="load", timeout=120_000)
     page.locator("button[role=tab][data-tab-id=documents]").click()

@@ -205,6 +205,19 @@ def trained_folder(tmp_path_factory):
     return out
 
 
+def _answer_with_the_trained_model(page) -> str:
+    """Generate 16 tokens a column and wait for the trained column's verdict and the run's end; the verdict."""
+    tokens = page.locator("#icw-max-new-tokens input[type=number]")
+    tokens.fill("16")
+    tokens.press("Enter")
+    page.locator("#icw-generate").click()
+    page.wait_for_function(
+        "() => (document.querySelector('#icw-verdict-trained')?.innerText || '').includes('z =')", timeout=240_000)
+    page.wait_for_function("() => document.querySelector('#icw-status')?.innerText.includes('Done')",
+                           timeout=60_000)
+    return page.locator("#icw-verdict-trained").inner_text()
+
+
 def test_the_trained_models_column_in_the_browser(space_url, page, tmp_path, trained_folder, monkeypatch):
     """Without a trained model the column says what it would show and the command that makes one; with one
     (ICW_SPACE_TRAINED_MODEL, as `icw space --trained-model` sets it) it answers column 2's prompt, verified with
@@ -215,15 +228,7 @@ def test_the_trained_models_column_in_the_browser(space_url, page, tmp_path, tra
     assert "No trained model loaded" in note and "scripts/speedrun.sh" in note and "--trained-model" in note
 
     monkeypatch.setenv("ICW_SPACE_TRAINED_MODEL", str(trained_folder))
-    tokens = page.locator("#icw-max-new-tokens input[type=number]")
-    tokens.fill("16")
-    tokens.press("Enter")
-    page.locator("#icw-generate").click()
-    page.wait_for_function(
-        "() => (document.querySelector('#icw-verdict-trained')?.innerText || '').includes('z =')", timeout=240_000)
-    page.wait_for_function("() => document.querySelector('#icw-status')?.innerText.includes('Done')",
-                           timeout=60_000)
-    verdict = page.locator("#icw-verdict-trained").inner_text()
+    verdict = _answer_with_the_trained_model(page)
     assert re.search(r"z = -?\d+\.\d\d · p = ", verdict) and "No trained model" not in verdict, verdict
     assert page.locator("#icw-answer-trained .token").count() > 0
     assert "trained model" in page.locator("#icw-status").inner_text()
@@ -239,13 +244,7 @@ def test_the_page_finds_the_speedruns_model_without_a_flag(space_url, page, tmp_
     monkeypatch.setenv("ICW_RUNS", str(trained_folder.parents[1]))
     page.goto(space_url, wait_until="load", timeout=120_000)
     _wait_for_key(page)
-    tokens = page.locator("#icw-max-new-tokens input[type=number]")
-    tokens.fill("16")
-    tokens.press("Enter")
-    page.locator("#icw-generate").click()
-    page.wait_for_function(
-        "() => (document.querySelector('#icw-verdict-trained')?.innerText || '').includes('z =')", timeout=240_000)
-    verdict = page.locator("#icw-verdict-trained").inner_text()
+    verdict = _answer_with_the_trained_model(page)
     assert f"Model: {trained_folder}" in verdict and f"its card: {trained_folder / 'README.md'}" in verdict, verdict
     assert page.locator("#icw-answer-trained .token").count() > 0
     _save_screenshot(page, tmp_path, "space_trained_found.png")

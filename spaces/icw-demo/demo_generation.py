@@ -3,6 +3,7 @@ and the Watermark-and-detect callback that checks the inputs, streams the batch 
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -22,6 +23,7 @@ from demo_common import (
     default_model,
     friendly,
     get_model,
+    int8_enabled,
     parse_alpha,
     parse_int,
     trained_model,
@@ -145,7 +147,9 @@ def generate_batch(model: Any, tok: Any, query: str, key: ICWKey, *, delta: floa
     def work() -> None:
         try:
             torch.manual_seed(int(seed))
-            with torch.inference_mode(), autocast(device):  # bf16 where native (icw.precision)
+            # bf16 where native (icw.precision), except over the int8 weights a CPU model gets here
+            precision = contextlib.nullcontext() if device.type == "cpu" and int8_enabled() else autocast(device)
+            with torch.inference_mode(), precision:
                 box["out"] = model.generate(
                     **enc, logits_processor=processors, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
                     streamer=streamer, stopping_criteria=StoppingCriteriaList([_StopWhenSet(stop, abandoned)]),
