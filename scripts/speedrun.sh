@@ -42,13 +42,15 @@ mkdir -p "$OUT"
 say() { echo "speedrun: $*" >&2; }
 MACHINE=$("$PY" -c "import json; from icw.precision import machine; print(json.dumps(machine()))")
 say "writing to $OUT; $MACHINE"
-# timed STAGE COMMAND...: run a stage and append its wall time to $OUT/timings.jsonl (the report card sums them)
+# timed STAGE COMMAND...: run a stage and append its wall time and exit status to $OUT/timings.jsonl, an
+# interrupted stage's too (the report card sums every run of a stage); then exit as the stage did
 timed() {
-  local stage=$1 start=$SECONDS
+  local stage=$1 start=$SECONDS status=0
   shift
-  "$@"
-  printf '{"stage": "%s", "seconds": %d, "ended": "%s", "machine": %s}\n' "$stage" $((SECONDS - start)) \
-    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$MACHINE" >> "$OUT/timings.jsonl"
+  "$@" || status=$?
+  printf '{"stage": "%s", "seconds": %d, "status": %d, "ended": "%s", "machine": %s}\n' "$stage" \
+    $((SECONDS - start)) "$status" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$MACHINE" >> "$OUT/timings.jsonl"
+  return "$status"
 }
 
 # overrides of the shipped configs, only for the knobs that are set

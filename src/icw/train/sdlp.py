@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,18 +37,13 @@ from torch.utils.checkpoint import checkpoint
 from transformers import Trainer
 
 from ..acrostic import sa_bias_codes, sa_bias_rows
-from ..keys import FAMILIES, ICWKey, as_key, green_mask
+from ..keys import ICWKey, as_key, green_mask
 from ..vocab import vocabulary
+from . import transfer
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
 from .sdlp_config import SDLPConfig
 from .sdlp_data import tokenize_dataset, tokenize_row  # noqa: F401 (part of the SDLP API)
-from .transfer import (
-    Rows,
-    relabel_curriculum,
-    relabel_key,
-    relabel_keys,
-    with_rollouts,
-)
+from .transfer import Rows, relabel_curriculum, relabel_key, relabel_keys
 
 __all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
            "relabel_curriculum", "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
@@ -366,6 +362,7 @@ class SDLPTrainer(Trainer):
         self.teacher_model = teacher_model
         self._rollout_source: Any = None  # the epoch iterator the buffered micro-batches came from
         self._rollout_buffer: list[list[dict[str, Any]]] = []  # per coming step, its micro-batches
+        self._resumed_rollouts: list[list[dict[str, Any]]] = []  # the buffer a resumed checkpoint kept
         if teacher_model is not None:
             if self.is_deepspeed_enabled:
                 from trl.models.utils import prepare_deepspeed
@@ -383,6 +380,10 @@ class SDLPTrainer(Trainer):
         ``rollout_steps`` steps at a time (:func:`icw.train.transfer.with_rollouts`)."""
         if self._rollout_source is not epoch_iterator:  # a new epoch: nothing buffered carries over
             self._rollout_source, self._rollout_buffer = epoch_iterator, []
+        if not self._rollout_buffer and self._resumed_rollouts:  # resumed inside a group: the rest, as sampled
+            self._rollout_buffer, self._resumed_rollouts = self._resumed_rollouts, []
+            for _ in self._rollout_buffer:  # their rows' batches, read past so the data order goes on as before
+                super().get_batch_samples(epoch_iterator, num_batches, device)
         if not self._rollout_buffer:
             steps = []
             for _ in range(min(self.args.rollout_steps, max(self.state.max_steps - self.state.global_step, 1))):
@@ -390,8 +391,18 @@ class SDLPTrainer(Trainer):
                 if not batches:
                     break
                 steps.append(batches)
-            self._rollout_buffer = with_rollouts(self, steps)
+            self._rollout_buffer = transfer.with_rollouts(self, steps)
         return (self._rollout_buffer.pop(0) if self._rollout_buffer else []), None
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        self._resumed_rollouts = transfer.load_rollouts(resume_from_checkpoint, self.accelerator.process_index)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # first the group's rollouts still to train on: a checkpoint the Trainer completes always has them
+        folder = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+        transfer.save_rollouts(self._rollout_buffer, folder, self.accelerator.process_index)
+        super()._save_checkpoint(model, trial)
 
     def _teacher_hidden(self, model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Callable]:
         # under bf16 the frozen teacher runs in autocast too (accelerate wraps only the student's forward)
@@ -422,12 +433,6 @@ class SDLPTrainer(Trainer):
         with torch.no_grad():
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None
-
-
-def check_families(families: Sequence[str]) -> None:
-    unknown = set(families) - set(FAMILIES)
-    if unknown:
-        raise ValueError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {sorted(unknown)}; choose from {FAMILIES}")
 
 
 def teacher_delta(key: ICWKey | str, response_ids: Sequence[int], tokenizer: Any, delta: float | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -225,3 +226,33 @@ def with_rollouts(trainer: Any, steps: list[list[dict[str, Any]]]) -> list[list[
         for (s, m), batch in zip(chosen, sampled, strict=True):
             steps[s][m] = batch
     return steps
+
+
+#: A checkpoint's rollouts still to train on (one file per process): :func:`save_rollouts`.
+ROLLOUTS_FILE = "sdlp_rollouts_{}.pt"
+
+
+def save_rollouts(buffer: list[list[dict[str, Any]]], checkpoint: Path, process_index: int) -> None:
+    """Keep the coming steps' micro-batches of the current rollout group in ``checkpoint``, so that a run resumed
+    there trains on the samples the uninterrupted run trained on (:func:`load_rollouts`).
+
+    Args:
+        buffer (`list[list[dict]]`): per coming step, its collated micro-batches (empty: nothing is written).
+        checkpoint (`Path`): the checkpoint folder being saved.
+        process_index (`int`): this process's rank (each keeps its own rows).
+    """
+    if buffer:
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        torch.save(buffer, checkpoint / ROLLOUTS_FILE.format(process_index))
+
+
+def load_rollouts(checkpoint: str | bool | None, process_index: int) -> list[list[dict[str, Any]]]:
+    """The rollouts :func:`save_rollouts` kept in ``checkpoint`` (a path; anything else, or a checkpoint saved at
+    the end of a group: none).
+
+    Args:
+        checkpoint (`str`, `bool` or `None`): ``Trainer.train``'s ``resume_from_checkpoint``.
+        process_index (`int`): this process's rank.
+    """
+    path = Path(checkpoint) / ROLLOUTS_FILE.format(process_index) if isinstance(checkpoint, str) else None
+    return torch.load(path, weights_only=False) if path is not None and path.is_file() else []
