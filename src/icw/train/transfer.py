@@ -210,8 +210,9 @@ def with_rollouts(trainer: Any, steps: list[list[dict[str, Any]]]) -> list[list[
 
     A step is on-policy with probability ``lmbda`` (as trl's GKD), by a draw that depends on (seed, step) alone,
     and each row keeps its own seed (:func:`batch_seeds`): what changes with ``rollout_steps`` is only the policy
-    that samples, up to ``rollout_steps - 1`` updates old for the group's later steps. A run resumed inside a
-    group starts a new group there, with the same seeds.
+    that samples, up to ``rollout_steps - 1`` updates old for the group's later steps. A checkpoint saved inside a
+    group keeps the group's coming micro-batches (:func:`save_rollouts`), so a run resumed there trains on the
+    samples the uninterrupted run trained on.
 
     Args:
         trainer (`SDLPTrainer`): the trainer; its model samples.
