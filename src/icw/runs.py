@@ -1,8 +1,9 @@
 """Run outputs: the base directory outside the work tree where long runs keep what they make, and what it holds.
 
 ``scripts/speedrun.sh`` writes each run to ``runs_dir() / "speedrun[-PRESET]"`` (``$ICW_RUNS``, else
-``$ICW_CACHE/runs``, default ``~/.cache/icw/runs``): a fresh checkout of the repository, or a work tree laid anew, loses none of it, and the same
-command resumes every stage from there. The demo Space finds the newest finished model in it without a flag.
+``$ICW_CACHE/runs``, default ``~/.cache/icw/runs``): a fresh checkout of the repository, or a work tree laid
+anew, loses none of it, and the same command resumes every stage from there. The demo Space finds the newest
+finished model in it without a flag.
 """
 
 from __future__ import annotations
