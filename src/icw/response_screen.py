@@ -363,6 +363,12 @@ def _add_evidence(rows: list[ScreenedResponse], tokenizer: Any, alpha: float, ma
 
 
 # ------------------------------------------------------------------------------------ report
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines, and the blank line after it."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
 def _md(text: str) -> str:
     """Markdown-escaped text (the characters that would start markup)."""
     return "".join("\\" + c if c in "\\`*_[]<>#|!" else c for c in text)
@@ -447,11 +453,10 @@ def report_markdown(report: ScreenReport) -> str:
              f"- **flagged: {report.num_flagged}; expected false flags: <= {report.expected_false_flags:.3g}** ({bound})",
              ""]
     if report.flagged:
-        lines += ["## Flagged responses", "", "| response | document | p-value | adjusted p-value | z | evidence |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {_md(r.response.response_id)} | {_md(r.response.document_id)} | {r.p_value:.3g} | "
-                  f"{r.adjusted_p_value:.3g} | {r.z_score:.2f} | {r.evidence} |" for r in report.flagged]
-        lines.append("")
+        lines += ["## Flagged responses", "", *_table(
+            ["response", "document", "p-value", "adjusted p-value", "z", "evidence"],
+            [[_md(r.response.response_id), _md(r.response.document_id), f"{r.p_value:.3g}",
+              f"{r.adjusted_p_value:.3g}", f"{r.z_score:.2f}", r.evidence] for r in report.flagged])]
         for r in report.flagged:
             lines += [f"### {_md(r.response.response_id)} (document {_md(r.response.document_id)})", "",
                       f"p = {r.p_value:.3g}, adjusted p = {r.adjusted_p_value:.3g}: {r.evidence}; the counted units "
@@ -459,11 +464,10 @@ def report_markdown(report: ScreenReport) -> str:
     else:
         lines += ["No response is flagged.", ""]
     if report.problems:
-        lines += ["## Not screened, or screened with a caveat", "", "| response | document | source | problem |",
-                  "|---|---|---|---|"]
-        lines += [f"| {_md(r.response.response_id)} | {_md(r.response.document_id)} | {_md(r.response.source)} | "
-                  f"{r.problem} |" for r in report.problems]
-        lines.append("")
+        lines += ["## Not screened, or screened with a caveat", "", *_table(
+            ["response", "document", "source", "problem"],
+            [[_md(r.response.response_id), _md(r.response.document_id), _md(r.response.source), r.problem]
+             for r in report.problems])]
     lines += ["## Method", "", "Each response is tested under its own document's key; the p-values are adjusted over "
               "all responses screened.", ""]
     for family, m in sorted(report.methods.items()):
