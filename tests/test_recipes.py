@@ -357,8 +357,9 @@ def test_shipped_cpu_configs_are_the_documented_recipe():
         for field, value in fields.items():  # each field reaches the dataclass that owns it, unchanged
             got = next(getattr(p, field) for p in parsed if hasattr(p, field))
             got = getattr(got, "value", got)  # transformers' enums (lr_scheduler_type, save_strategy)
-            assert got == value or (field == "report_to" and value == "none" and got in ([], ["none"], "none")), \
-                (name, field, got, value)
+            assert got == value or (field == "report_to" and value == "none" and got in ([], ["none"], "none")) \
+                or (isinstance(value, str) and value.startswith("~/") and got == os.path.expanduser(value)), \
+                (name, field, got, value)  # the runs folder's paths are expanded where they are parsed
     # GRPO generates many prompts a step as one batch (with one, the advantages cancel from step to step)
     _, grpo_config, _, _ = grpo.make_parser().parse_args_and_config(
         ["--config", str(ROOT / "recipes/configs/smollm2-135m/grpo.yaml")])
@@ -370,3 +371,20 @@ def test_shipped_cpu_configs_are_the_documented_recipe():
     section = (ROOT / "docs" / "training.md").read_text().split("## The CPU recipe", 1)[1].split("\n## ", 1)[0]
     for name in documented:
         assert f"--config recipes/configs/smollm2-135m/{name}" in section
+
+
+def test_paths_under_home_resolve_where_the_configs_use_them(tiny_qwen, tmp_path, monkeypatch):
+    """The CPU configs keep D_cs and checkpoints under ~/.cache/icw/runs: `~` is expanded for the data a recipe
+    reads and writes, and for a model folder (GRPO starts from the SDLP model there)."""
+    from icw.models import load_model
+    from icw.train.common import DCSArguments
+    from icw.train.synthesis import SynthesisConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    model, tok = tiny_qwen
+    model.save_pretrained(tmp_path / "runs" / "sdlp")
+    tok.save_pretrained(tmp_path / "runs" / "sdlp")
+    loaded, _ = load_model("~/runs/sdlp")
+    assert loaded.config.hidden_size == model.config.hidden_size
+    assert DCSArguments(dataset_name="~/runs/dcs").dataset_name == str(tmp_path / "runs" / "dcs")
+    assert SynthesisConfig(output_dir="~/runs/dcs").output_dir == str(tmp_path / "runs" / "dcs")

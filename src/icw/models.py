@@ -94,6 +94,8 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> Any:
         return _tag(_embedded_tokenizer(smollm2_path()), "smollm2")
     from transformers import AutoTokenizer
 
+    name = os.path.expanduser(name)
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as err:  # not cached by lru_cache: a later call (e.g. online) retries
@@ -122,7 +124,7 @@ _EMBEDDED_SIZES = {"smollm2": 49152, "qwen3": 151669, "gpt2": 50257}
 def _embedded_alias(tokenizer: Any) -> Any:
     """A tokenizer loaded from a local folder, tagged with the embedded alias whose vocabulary it has.
 
-    A model trained here (``runs/smollm2-135m-sdlp``) carries SmolLM2's tokenizer in its own folder; keys
+    A model trained here (``~/.cache/icw/runs/smollm2-135m/sdlp``) carries SmolLM2's tokenizer in its own folder; keys
     built over it would otherwise name that folder, which no detector elsewhere can load. Tagged, they name
     ``smollm2`` (and record the same vocabulary fingerprint), so the key string stays shareable.
     """
@@ -226,6 +228,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: Any = None, device: str | None 
     """
     from transformers import AutoModelForCausalLM
 
+    name = os.path.expanduser(name)  # a folder under ~ (the runs folder), as the recipes' configs write it
     path = str(smollm2_path()) if name == DEFAULT_MODEL else name
     kwargs = {"dtype": dtype} if dtype is not None else {}
     try:

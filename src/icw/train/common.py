@@ -79,6 +79,7 @@ class DCSArguments:
 
     def __post_init__(self) -> None:
         positive_int.require(self.max_rows, "--max_rows")
+        self.dataset_name = os.path.expanduser(self.dataset_name)  # the configs keep D_cs under ~/.cache/icw/runs
 
     def load(self, label: int | None = None, seed: int = 0) -> Any:
         ds = load_dcs(self.dataset_name, self.families, self.dataset_split, label=label).shuffle(seed=seed)

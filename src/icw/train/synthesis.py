@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -137,6 +138,7 @@ class SynthesisConfig:
     perplexity: bool = field(default=True, metadata={"help": "Also compute each answer's perplexity under the base model."})
 
     def __post_init__(self) -> None:
+        self.output_dir = os.path.expanduser(self.output_dir)  # the CPU config writes D_cs under ~/.cache/icw/runs
         for domain, names in ((non_negative_int, ("num_h1", "num_h0", "seed_offset", "key_seed", "seed")),
                               (positive_int, ("pool_size", "num_letters", "sa_lengths", "max_new_tokens", "batch_size")),
                               (open_unit, ("gammas",)), (fraction, ("top_p",)),
