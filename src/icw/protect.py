@@ -27,7 +27,6 @@ import io
 import os
 import re
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from .documents import DocumentError
@@ -181,32 +180,6 @@ def protect_file(source: str | Path, output: str | Path, instruction: str, *, pa
     protected = protect_html(text, instruction) if kind == "html" else protect_text(text, instruction)
     _write_atomic(output, protected.encode("utf-8"))
     return output
-
-
-def protect_files(sources: Sequence[str | Path], instructions: Sequence[str], out_dir: str | Path, *,
-                  page: int = 1) -> list[tuple[Path, Path | DocumentError]]:
-    """Protect many documents into ``out_dir`` (same file names); a document that cannot be protected is
-    reported, not fatal.
-
-    Args:
-        sources (`Sequence`): the documents.
-        instructions (`Sequence[str]`): one instruction per document.
-        out_dir (`str` or `Path`): the folder for the protected copies.
-        page (`int`, defaults to 1): PDF page to hide the instruction on.
-
-    Returns:
-        `list`: ``(source, output path or the DocumentError that stopped it)`` per document.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results: list[tuple[Path, Path | DocumentError]] = []
-    for source, instruction in zip(sources, instructions, strict=True):
-        source = Path(source)
-        try:
-            results.append((source, protect_file(source, out_dir / source.name, instruction, page=page)))
-        except DocumentError as err:
-            results.append((source, err))
-    return results
 
 
 def _check_paths(source: Path, output: Path) -> None:
