@@ -24,13 +24,14 @@ from typing import Any
 
 import yaml
 
-from icw.cards import TRAINING_FACTS, write_model_card
+from icw.cards import write_model_card
 from icw.cli import main as icw_main
 from icw.jsonl import read_json_object
+from icw.runs import TIMINGS, TRAINING_FACTS
 
 HERE = Path(__file__).resolve().parent
 #: What a ``card.yaml`` may set: the keyword arguments of :func:`icw.cards.write_model_card`.
-CARD_OPTIONS = ("model_id", "base_model", "adapter", "dataset_id", "license", "date", "notes", "commands")
+CARD_OPTIONS = ("model_id", "base_model", "adapter", "dataset_id", "license", "date", "notes", "commands", "load_from")
 #: ``icw bench compare``'s output over the model's training stages, kept beside results.json.
 STAGES = "stages.json"
 
@@ -67,10 +68,15 @@ def render(folder: Path, out: Path) -> Path:
         out (`Path`): where to write ``README.md`` and ``.eval_results/`` (``folder`` itself to update it).
     """
     options = card_options(folder)
+    if not (folder / "results.json").is_file():
+        raise SystemExit(f"{folder}: no results.json; copy the output of `icw bench report` there (its card.yaml's "
+                         "commands say which)")
     if (folder / TRAINING_FACTS).is_file():
         options["training"] = read_json_object(folder / TRAINING_FACTS)
     if (folder / STAGES).is_file():
         options["stages"] = folder / STAGES
+    if (folder / TIMINGS).is_file():
+        options["cost"] = folder / TIMINGS
     return write_model_card(folder / "results.json", out, **options)
 
 

@@ -94,25 +94,8 @@ done
 
 say "6/6 the table of stages ($OUT/stages.md) and the model card ($OUT/grpo/README.md)"
 "$ICW" bench compare "$OUT/eval/base" "$OUT/eval/sdlp" "$OUT/eval/grpo" --labels Base +SDLP +SDLP+GRPO --out "$OUT"
-"$ICW" hub model-card "$OUT/eval/grpo/results.json" --out "$OUT/grpo" --stages "$OUT/stages.json" > /dev/null
+"$ICW" hub model-card "$OUT/eval/grpo/results.json" --out "$OUT/grpo" --stages "$OUT/stages.json" \
+  --timings "$OUT/timings.jsonl" > /dev/null
 # the report card: each stage's wall time summed over every run of this script, and the machines it ran on
-"$PY" - "$OUT" <<'PYEOF'
-import json, sys
-from pathlib import Path
-
-out = Path(sys.argv[1])
-rows = [json.loads(line) for line in (out / "timings.jsonl").read_text().splitlines() if line.strip()]
-seconds, runs, machines = {}, {}, []
-for row in rows:
-    seconds[row["stage"]] = seconds.get(row["stage"], 0) + row["seconds"]
-    runs[row["stage"]] = runs.get(row["stage"], 0) + 1
-    if row["machine"] not in machines:
-        machines.append(row["machine"])
-lines = ["# Speedrun report card", "", f"Output: `{out}`", "", "| stage | wall time | runs |", "|---|---:|---:|"]
-lines += [f"| {stage} | {s / 3600:.2f} h ({s} s) | {runs[stage]} |" for stage, s in seconds.items()]
-total = sum(seconds.values())
-lines += [f"| **total** | **{total / 3600:.2f} h** | |", "", "Machines:", ""]
-lines += [f"- {m['cpu']}, {m['cores']} cores, {m['precision']}, torch {m['torch']}" for m in machines]
-(out / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-PYEOF
+"$PY" -c "import sys; from icw.runs import write_report_card; write_report_card(sys.argv[1])" "$OUT"
 say "done: $OUT/stages.md, $OUT/grpo/README.md, $OUT/report.md"

@@ -90,9 +90,11 @@ def test_chunked_loss_from_hidden_states_matches_dense_loss(chunk):
     got = chunked_sdlp_loss(hs, ht, head_s, head_t, mask, rows, values, index, top_k, chunk_size=chunk)
     delta = rows[index].float() * values[index][..., None]
     s_logits, t_logits = head_s(hs), head_t(ht)
-    want = sum(sdlp_loss(s_logits[b : b + 1], t_logits[b : b + 1], mask[b : b + 1], delta[b : b + 1],
-                         top_k=int(top_k[b]) or None) for b in range(3)) / 3
-    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    each = [sdlp_loss(s_logits[b : b + 1], t_logits[b : b + 1], mask[b : b + 1], delta[b : b + 1],
+                      top_k=int(top_k[b]) or None) for b in range(3)]
+    assert got.item() == pytest.approx((sum(each) / 3).item(), rel=1e-5)
+    per_row = chunked_sdlp_loss(hs, ht, head_s, head_t, mask, rows, values, index, top_k, chunk_size=chunk, per_row=True)
+    assert per_row.tolist() == pytest.approx([e.item() for e in each], rel=1e-5)  # what the trainer logs by family
     got.backward()
     assert head_t.weight.grad is None and head_s.weight.grad is not None and hs.grad is not None
 

@@ -66,6 +66,8 @@ def test_speedrun_runs_every_stage_and_resumes(tiny_qwen, tmp_path):
     report = (out / "report.md").read_text()  # the report card: wall time per stage, the machine and precision
     assert f"| sdlp | {timings[2]['seconds'] / 3600:.2f} h ({timings[2]['seconds']} s) | 1 |" in report
     assert describe("cpu") in report and timings[0]["machine"]["cpu"] in report
+    cost = card.split("## Cost", 1)[1]  # the card's cost: the stages timed before it was written, and the machine
+    assert f"| sdlp | {timings[2]['seconds'] / 3600:.2f} h" in cost and "| eval-grpo |" in cost and describe("cpu") in cost
 
     weights = (out / "grpo" / "model.safetensors").stat().st_mtime
     again = _speedrun(out, tmp_path / "tiny")  # every stage is done: nothing is trained or generated again

@@ -212,6 +212,11 @@ def test_sdlp_trains_with_each_new_option(tiny_qwen, tmp_path, options):
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    for log in (h for h in trainer.state.log_history if "loss" in h):  # the step's loss, split by family
+        shares = {k.removeprefix("loss_share_"): v for k, v in log.items() if k.startswith("loss_share_")}
+        assert shares and set(shares) <= {"tsp", "wip", "sa", "plain"} and sum(shares.values()) == pytest.approx(1)
+        means = [log[f"loss_{family}"] for family in shares]  # the step's mean lies between its families' means
+        assert min(means) - 1e-4 <= log["loss"] <= max(means) + 1e-4
     if options.get("relabel_keys") or options.get("relabel_curriculum"):
         assert "generating_key" in trainer.train_dataset.column_names
     if options.get("relabel_curriculum"):  # the dataset's order, first stage first: its single WIP key

@@ -26,6 +26,7 @@ from .keys import FAMILY_NAMES, check_family
 from .models import SMOLLM2_HUB_ID
 from .runs import (
     TRAINING_FACTS,  # kept beside the card, so a later `icw hub model-card` keeps "How it was trained"
+    run_cost,
 )
 
 #: The ICWBench dataset's Hub id (:data:`icw.bench.dataset.ICWBENCH_ID`); a card cites it only when the run used it.
@@ -154,7 +155,7 @@ def _load_name(name: str) -> str:
 
 
 def _how_to(model: str, base_model: str | None = None, adapter: bool = False, family: str = "wip",
-           max_new_tokens: int = 96) -> str:
+           max_new_tokens: int = 96, local: bool = False) -> str:
     """The card's "How to use" code: load the model (``base_model`` plus ``model`` when ``adapter``), ask
     one instructed query with a ``family`` key and verify the answer; it leaves no name for the reader to fill in."""
     check_family(family)
@@ -163,7 +164,8 @@ def _how_to(model: str, base_model: str | None = None, adapter: bool = False, fa
              "from icw.models import load_model"]
     if adapter:
         lines.insert(0, "from peft import PeftModel\n")
-    comment = "  # icw's embedded SmolLM2-135M-Instruct, offline" if loaded == "smollm2" else ""
+    comment = ("  # icw's embedded SmolLM2-135M-Instruct, offline" if loaded == "smollm2" else
+               "  # the folder the commands above write" if local else "")
     lines += ["", f"model, tok = load_model({json.dumps(loaded)}){comment}"]
     if adapter:
         lines.append(f"model = PeftModel.from_pretrained(model, {json.dumps(str(model))})")
@@ -222,7 +224,8 @@ def _interval(values: Any) -> str:
 def model_card(results: dict | str | Path | None = None, base_model: str | None = None,
                adapter: bool | str | None = None, model_id: str | None = None, dataset_id: str | None = None,
                license: str | None = None, notes: list[str] | None = None, commands: list[str] | None = None,
-               training: dict[str, Any] | None = None, stages: dict | str | Path | None = None) -> Any:
+               training: dict[str, Any] | None = None, stages: dict | str | Path | None = None,
+               cost: str | Path | None = None, load_from: str | None = None) -> Any:
     """Build a :class:`huggingface_hub.ModelCard` from ``icw bench report`` results, a training run, or both.
 
     ``adapter`` (``True`` or a description such as ``"peft/lora"``) marks a PEFT adapter over
@@ -247,6 +250,12 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         training (`dict`, *optional*): the facts of the training run (``icw_training.json``).
         stages (`dict`, `str` or `Path`, *optional*): ``icw bench compare`` of the model's training stages
             (``stages.json``): the card shows its table per family, with the paired tests between stages.
+        cost (`str` or `Path`, *optional*): the run's ``timings.jsonl`` (:data:`icw.runs.TIMINGS`): the card's
+            "Cost" section, each stage's wall time summed over its runs, and the machines.
+        load_from (`str`, *optional*): where "How to use" loads the model from when ``model_id`` is not on the Hub
+            (the folder the card's commands write, e.g. ``~/.cache/icw/runs/speedrun-wip/grpo``).
+
+    Paths under the writer's home directory are shown from ``~``: a card names no one's home.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -276,15 +285,19 @@ def model_card(results: dict | str | Path | None = None, base_model: str | None 
         license=license, datasets=datasets, eval_results=eval_entries,
     )
     families = list((results or {}).get("families") or (training or {}).get("families") or ["wip"])
-    return ModelCard.from_template(
+    card = ModelCard.from_template(
         card_data, template_path=str(model_card_template()), model_id=model_id, base_model=hub_base,
         adapter=str(adapter) if adapter else None, is_base=is_base,
         dataset_id=dataset_id, rows=rows, what=what, mode=what.get("mode"), training=trained,
         max_new_tokens=(results or {}).get("max_new_tokens"), notes=list(notes or ()), commands=list(commands or ()),
         stages=_stages_table(stages) if stages is not None else None,
-        how_to=_how_to(model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0]),
+        cost=run_cost(cost).markdown() if cost is not None else None,
+        how_to=_how_to(load_from or model_id, base_model, bool(adapter), "wip" if "wip" in families else families[0],
+                       local=bool(load_from)),
         paper_title=PAPER_TITLE, paper_authors=PAPER_AUTHORS, bibtex=BIBTEX,
     )
+    home = str(Path.home()).rstrip("/")
+    return ModelCard(card.content.replace(home + "/", "~/")) if home and home + "/" in card.content else card
 
 
 def _stages_table(stages: dict | str | Path) -> str:

@@ -170,7 +170,8 @@ def _cli_model_card(args: argparse.Namespace) -> None:
 
     readme = write_model_card(args.results, args.out, base_model=args.base_model,
                               adapter=args.adapter_type if args.adapter else None, model_id=args.model_id,
-                              dataset_id=args.dataset, license=args.license, stages=args.stages)
+                              dataset_id=args.dataset, license=args.license, stages=args.stages,
+                              cost=args.timings)
     print(f"wrote {readme} and {readme.parent / '.eval_results'}", file=sys.stderr)
 
 
@@ -202,6 +203,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     card.add_argument("--license", help="license identifier for the card metadata (e.g. apache-2.0)")
     card.add_argument("--stages", help="stages.json of icw bench compare over the model's training stages (Base, "
                                        "+SDLP, ...): the card shows that table with its paired tests")
+    card.add_argument("--timings", help="timings.jsonl of the run (scripts/speedrun.sh): the card's Cost section, "
+                                        "each stage's wall time and the machine")
     card.set_defaults(func=_cli_model_card)
 
     path = hub_sub.add_parser("metric-path", help="print the folder of a bundled metric (for evaluate.load)")

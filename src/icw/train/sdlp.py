@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.checkpoint import checkpoint
 from transformers import Trainer
 
 from ..acrostic import sa_bias_codes, sa_bias_rows
@@ -43,57 +42,11 @@ from . import transfer
 from .hparams import TRAIN_DELTA, TRAIN_TOP_K
 from .sdlp_config import SDLPConfig
 from .sdlp_data import tokenize_dataset, tokenize_row  # noqa: F401 (part of the SDLP API)
+from .sdlp_loss import chunked_sdlp_loss, sdlp_loss
 from .transfer import Rows, relabel_curriculum, relabel_key, relabel_keys
 
 __all__ = ["SDLPCollator", "SDLPConfig", "SDLPTrainer", "TRAIN_DELTA", "TRAIN_TOP_K", "main", "make_parser",
            "relabel_curriculum", "relabel_key", "relabel_keys", "sdlp_loss", "teacher_delta", "tokenize_dataset", "tokenize_row"]
-
-# ------------------------------------------------------------------------------------- loss
-def _kl_on_support(teacher_logits: torch.Tensor, student_logits: torch.Tensor | Callable[[], torch.Tensor],
-                   top_k: int | None) -> torch.Tensor:
-    """Per-position KL(p~T || p~S) with ``teacher_logits`` already perturbed (float32, no grad).
-
-    ``student_logits`` may be a callable so the student's chunk is materialized only after
-    the teacher's full-vocabulary tensor has been reduced to its top-k.
-    """
-    if top_k is None or top_k >= teacher_logits.shape[-1]:
-        teacher_logp = torch.log_softmax(teacher_logits, dim=-1)
-        del teacher_logits
-        student = student_logits() if callable(student_logits) else student_logits
-        student_logp = torch.log_softmax(student.float(), dim=-1)
-    else:
-        values, support = teacher_logits.topk(top_k, dim=-1)
-        del teacher_logits
-        teacher_logp = torch.log_softmax(values, dim=-1)
-        student = student_logits() if callable(student_logits) else student_logits
-        student_logp = torch.log_softmax(student.gather(-1, support).float(), dim=-1)
-    return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1)
-
-
-def sdlp_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, response_mask: torch.Tensor | None = None,
-              delta: torch.Tensor | None = None, top_k: int | None = 1000) -> torch.Tensor:
-    r"""The SDLP loss on explicit logits: ``mean_b sum_t KL(p~T_bt || p~S_bt)`` (paper eq. 5-6).
-
-    Args:
-        student_logits: ``(B, T, V)`` student logits at the response positions.
-        teacher_logits: ``(B, T, V)`` teacher logits at the same positions (treated as constants).
-        response_mask: ``(B, T)``, 1 on response tokens, 0 on padding (default: all ones).
-        delta: ``(B, T, V)`` or ``(B, 1, V)`` perturbation added to the teacher's logits (0 if None).
-        top_k: teacher support size ``k``; ``None`` uses the full vocabulary.
-
-    Example:
-        >>> s, t = torch.randn(2, 3, 50), torch.randn(2, 3, 50)
-        >>> bool(sdlp_loss(t.clone(), t, top_k=5).abs() < 1e-6)
-        True
-    """
-    teacher = teacher_logits.detach().float()
-    if delta is not None:
-        teacher = teacher + delta.float()
-    kl = _kl_on_support(teacher, student_logits, top_k)
-    if response_mask is not None:
-        kl = kl * response_mask.to(kl.dtype)
-    return kl.sum(-1).mean()
-
 
 # ------------------------------------------------------------------------------ collator
 class SDLPCollator:
@@ -224,61 +177,6 @@ def _head_fn(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     return apply
 
 
-def chunked_sdlp_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, student_head: Callable,
-                      teacher_head: Callable, response_mask: torch.Tensor, bias_rows: torch.Tensor,
-                      bias_values: torch.Tensor, bias_index: torch.Tensor, top_k: torch.Tensor,
-                      chunk_size: int = 256, bias_unused_only: torch.Tensor | None = None,
-                      response_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """The SDLP loss from hidden states at the response positions (``(B, T, H)`` each), applying
-    the output heads chunk by chunk over the ``N`` real response positions.
-
-    ``bias_unused_only`` ``(M,)`` marks bias rows that skip the tokens of ``response_ids`` ``(B, T)``
-    before each position (:class:`SDLPCollator` with ``tsp_unused_only``).
-
-    ``top_k[b] == 0`` means the full vocabulary for row ``b``; the full-vocabulary path runs each
-    chunk under activation checkpointing so nothing of size ``V`` is kept for backward.
-    """
-    batch = response_mask.shape[0]
-    mask = response_mask.bool()
-    rows = torch.arange(batch, device=mask.device)[:, None].expand_as(mask)[mask]
-    s_h, t_h, b_idx = student_hidden[mask], teacher_hidden[mask], bias_index[mask]
-    t_pos = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)[mask]
-    k_pos = top_k.to(mask.device)[rows]
-    total = student_hidden.new_zeros((), dtype=torch.float32)
-
-    def teacher_logits(h: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            logits = teacher_head(h).float()
-            b = b_idx[part]
-            delta = bias_rows[b].to(logits.dtype)
-            delta.mul_(bias_values.to(logits.device)[b, None])
-            gated = None if bias_unused_only is None else bias_unused_only.to(logits.device)[b]
-            if gated is not None and gated.any():  # chunks without gated rows skip the (chunk, V) mask
-                earlier = response_ids[rows[part]].clone()  # tokens before each position; later ones point past V
-                earlier[torch.arange(earlier.shape[1], device=earlier.device) >= t_pos[part, None]] = logits.shape[-1]
-                used = torch.zeros(len(part), logits.shape[-1] + 1, dtype=torch.bool, device=logits.device)
-                used.scatter_(1, earlier.clamp(max=logits.shape[-1]), True)
-                delta.masked_fill_(used[:, :-1] & gated[:, None], 0.0)
-            return logits.add_(delta)
-
-    def full_vocab(h_s: torch.Tensor, h_t: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
-        return _kl_on_support(teacher_logits(h_t, part), lambda: student_head(h_s), None).sum()
-
-    for k in torch.unique(k_pos).tolist():
-        sel = torch.nonzero(k_pos == k).squeeze(-1)
-        for start in range(0, len(sel), chunk_size):
-            part = sel[start : start + chunk_size]
-            if k == 0:
-                if torch.is_grad_enabled():
-                    total = total + checkpoint(full_vocab, s_h[part], t_h[part], part, use_reentrant=False)
-                else:
-                    total = total + full_vocab(s_h[part], t_h[part], part)
-            else:
-                t_logits = teacher_logits(t_h[part], part)
-                total = total + _kl_on_support(t_logits, lambda p=part: student_head(s_h[p]), int(k)).sum()
-    return total / batch
-
-
 class SDLPTrainer(Trainer):
     r"""Trains a student to match the logit-perturbed, instruction-free teacher (see module docstring).
 
@@ -363,6 +261,7 @@ class SDLPTrainer(Trainer):
         self._rollout_source: Any = None  # the epoch iterator the buffered micro-batches came from
         self._rollout_buffer: list[list[dict[str, Any]]] = []  # per coming step, its micro-batches
         self._resumed_rollouts: list[list[dict[str, Any]]] = []  # the buffer a resumed checkpoint kept
+        self._row_losses: dict[str, list[float]] = {}  # training rows' losses since the last log, by family
         if teacher_model is not None:
             if self.is_deepspeed_enabled:
                 from trl.models.utils import prepare_deepspeed
@@ -420,12 +319,28 @@ class SDLPTrainer(Trainer):
         t_hidden, t_head = self._teacher_hidden(model, inputs)
         s_hidden = _final_hidden(model, inputs["student_input_ids"], inputs["student_attention_mask"])
         gather = lambda h, pos: h.gather(1, pos[..., None].expand(-1, -1, h.shape[-1]))  # noqa: E731
-        loss = chunked_sdlp_loss(
+        per_row = chunked_sdlp_loss(
             gather(s_hidden, inputs["student_positions"]), gather(t_hidden, inputs["teacher_positions"]).detach(),
             _head_fn(model), t_head, inputs["response_mask"], inputs["bias_rows"], inputs["bias_values"],
             inputs["bias_index"], inputs["top_k"], self.args.loss_chunk_size, inputs.get("bias_unused_only"),
-            inputs.get("response_ids"))
+            inputs.get("response_ids"), per_row=True)
+        if model.training and "rows" in inputs:
+            for row, value in zip(inputs["rows"].rows, per_row.detach().tolist(), strict=True):
+                self._row_losses.setdefault(row["family"] if row["watermarked"] else "plain", []).append(value)
+        loss = per_row.mean()
         return (loss, {}) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Training logs also get, per family, the mean loss of its D_H1 rows since the last log (``loss_tsp``, ...;
+        ``loss_plain``: the D_H0 rows) and that family's share of the summed loss (``loss_share_tsp``, ...): which
+        family the step's gradient mostly serves. Rows of this process only."""
+        if "loss" in logs and self._row_losses:
+            total = sum(sum(values) for values in self._row_losses.values())
+            for family, values in sorted(self._row_losses.items()):
+                logs[f"loss_{family}"] = sum(values) / len(values)
+                logs[f"loss_share_{family}"] = sum(values) / total if total else float("nan")
+            self._row_losses = {}
+        super().log(logs, start_time)
 
     def prediction_step(self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None) -> tuple:
