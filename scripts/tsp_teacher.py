@@ -2,11 +2,14 @@
 
 SDLP distils this distribution into the instructed student, so a teacher that loops teaches loops (an on-policy
 student learns them faithfully). Per setting (``static:DELTA``: the paper's bias on the green set;
-``unused:DELTA``: only on green tokens the answer has not used yet, ``SDLPConfig.tsp_unused_only``) it prints, over
+``unused:DELTA``: only on green tokens the answer has not used yet, ``SDLPConfig.tsp_unused_only``;
+``split:UNUSED:USED``: one bias on the unused green tokens and another on the used ones, the profile that
+``icw train probe --family tsp`` reads off a trained student) it prints, over
 the same test questions and held-out keys: the share of looping answers (seq-rep-4 >= 0.5 in the model's tokens),
 the verifier's mean z and its verdicts at p <= 0.01, and the median perplexity under the base model.
 
     .venv/bin/python scripts/tsp_teacher.py --settings plain static:3 static:4 static:5 unused:3 unused:4 unused:5
+    .venv/bin/python scripts/tsp_teacher.py --settings unused:3 split:3:2 --num_questions 64 --max_new_tokens 192
 """
 
 from __future__ import annotations
@@ -27,11 +30,17 @@ from icw.questions import bundled_questions
 
 
 def answers(model, tok, queries: list[str], keys: list[ICWKey], setting: str, max_new_tokens: int) -> list[str]:
-    """One sampled answer per query under ``setting`` (``plain``, ``static:DELTA`` or ``unused:DELTA``)."""
+    """One sampled answer per query under ``setting`` (``plain``, ``static:DELTA``, ``unused:DELTA`` or
+    ``split:UNUSED:USED``)."""
     processors = []
     if setting != "plain":
-        kind, delta = setting.split(":")
-        processors = [TokenSetPreferenceLogitsProcessor(keys, tok, float(delta), unused_only=kind == "unused")]
+        kind, *deltas = setting.split(":")
+        if kind == "split":  # USED on every green token, then UNUSED - USED more on the unused ones
+            unused, used = map(float, deltas)
+            processors = [TokenSetPreferenceLogitsProcessor(keys, tok, used),
+                          TokenSetPreferenceLogitsProcessor(keys, tok, unused - used, unused_only=True)]
+        else:
+            processors = [TokenSetPreferenceLogitsProcessor(keys, tok, float(deltas[0]), unused_only=kind == "unused")]
     tok.padding_side = "left"
     prompts = [chat_prompt(tok, user_message(q)) for q in queries]
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)

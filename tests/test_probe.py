@@ -208,3 +208,76 @@ def test_cli_reports_a_missing_dataset_in_one_line(tmp_path):
                            "--dataset_name", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("icw: error:") and "Traceback" not in proc.stderr
+
+
+class GatedTSP(torch.nn.Module):
+    """The tiny model plus ``DELTA`` on the green tokens of the prompt's TSP key that the response has not used yet
+    (the gated SDLP teacher), replayed along whichever of the known ``responses`` ends the sequence."""
+
+    def __init__(self, model, tok, responses, keys):
+        super().__init__()
+        self.model, self.tok, self.responses, self.keys = model, tok, responses, list(keys)
+        self.view = vocabulary(tok)
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        for b in range(input_ids.shape[0]):
+            n = int(attention_mask[b].sum())
+            seq = input_ids[b, :n].tolist()
+            key = next((k for k in self.keys if k.instruction(self.tok) in self.tok.decode(seq)), None)
+            if key is None:
+                continue
+            response = next(r for r in self.responses if seq[n - len(r):] == r)
+            green = torch.from_numpy(green_mask(key, self.view)).float()
+            for j in range(len(response)):  # logits at n - len(response) - 1 + j predict response[j]
+                unused = green.clone()
+                unused[[t for t in response[:j] if t < len(unused)]] = 0.0
+                out.logits[b, n - len(response) - 1 + j, : len(unused)] += DELTA * unused
+        return out
+
+
+def test_tsp_probe_splits_the_lift_into_unused_and_used_green_tokens(tiny_qwen):
+    """A model that lifts only the green tokens its answer has not used (the gated teacher) shows ``delta`` on the
+    unused ones and 0 on the used ones; a model that lifts the whole green set shows ``delta`` on both."""
+    model, tok = tiny_qwen
+    first, second = (ICWKey.create("tsp", seed=s, tokenizer=tok, pool_size=3000) for s in (1, 2))
+    answers = [f"{a} {a}" for a in ANSWERS]  # the second half repeats the first: its green tokens are used
+    rows = [{"query": q, "key": first.to_string(), "response": a} for q, a in zip(QUERIES, answers, strict=True)]
+    responses = [tok(a, add_special_tokens=False)["input_ids"] for a in answers]
+    report = key_swap_probe(GatedTSP(model, tok, responses, (first, second)), tok, rows, base_model=model,
+                            other_keys=[second] * 4)
+    # within 0.05 / 0.15: the random model's own response to the long instruction (the used split has ~40 positions)
+    for condition in ("A", "B"):
+        assert report.by_use[condition]["unused green"].mean == pytest.approx(DELTA, abs=0.05), report.to_markdown()
+        assert report.by_use[condition]["used green"].mean == pytest.approx(0.0, abs=0.15), report.to_markdown()
+        assert report.by_use[condition]["used green"].num_rows >= 3
+    uniform = key_swap_probe(Shifted(model, tok, keys=(first, second)), tok, rows, base_model=model,
+                             other_keys=[second] * 4)
+    for split in ("unused green", "used green"):
+        assert uniform.by_use["A"][split].mean == pytest.approx(DELTA, abs=0.15), uniform.to_markdown()
+    assert "used green" in uniform.to_markdown() and "by_use" in uniform.to_dict()
+
+
+def _tsp_teacher_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "tsp_teacher.py"
+    spec = importlib.util.spec_from_file_location("icw_script_tsp_teacher", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tsp_teacher_split_profile_composes_the_static_and_the_gated_bias(tiny_qwen):
+    """``split:U:R`` puts R on every green token and U on the unused ones: split:3:0 decodes as unused:3 and
+    split:3:3 as static:3, token for token under the same seed."""
+    model, tok = tiny_qwen
+    script = _tsp_teacher_script()
+    queries = ["Why is the sky blue?", "How do bees make honey?"]
+    keys = [ICWKey.create("tsp", seed=s, tokenizer=tok, pool_size=300) for s in (1, 2)]
+    texts = {s: script.answers(model, tok, queries, keys, s, max_new_tokens=24)
+             for s in ("unused:3", "split:3:0", "static:3", "split:3:3")}
+    assert texts["split:3:0"] == texts["unused:3"]
+    assert texts["split:3:3"] == texts["static:3"]
+    assert texts["unused:3"] != texts["static:3"]  # 24 tokens repeat some green token, where the two differ

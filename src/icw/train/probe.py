@@ -23,6 +23,13 @@ teacher before its perturbation; a teacher with bias ``delta`` on ``G`` has lift
     plain = lo(model, q,              G_K) - lo(base, q, G_K)    no instruction at all
 
 A model that follows instructions has ``B > 0``; a prefix-reader has ``C ≈ A`` and ``B ≈ 0``.
+
+TSP's verifier counts *distinct* green tokens, and the gated SDLP teacher (``tsp_unused_only``) biases only the
+green tokens the response has not used before ``t``. So TSP also splits each condition's green set into the
+tokens not used yet (``G_t \ y_<t``) and the used ones (``G_t ∩ y_<t``), each against the same non-green pool
+tokens: the gated teacher's lift is ``delta`` on the first and 0 on the second; a student that lifts both alike
+learned "green" without "new". Only the first raises z (``scripts/tsp_teacher.py`` decodes the base model with a
+``split:UNUSED:USED`` profile to show what a student's two lifts give).
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ CONDITIONS = ("A", "B", "C", "plain")
 #: advance (a hit, or the third miss); the same letter again after a miss. Relabelled training answers (written
 #: under another key) show a student mostly the third, the student's own on-key answers mostly the second.
 SA_STATES = ("first letter", "after an advance", "after a miss")
+#: TSP: the green set split by whether the response used the token before the position.
+USE_SPLITS = ("unused green", "used green")
 _MEANING = {"A": "prompt key = generating key, scored on its green set",
             "B": "prompt key = another key, scored on the prompt key's set (reading the instruction)",
             "C": "prompt key = another key, scored on the generating key's set (reading the prefix)",
@@ -85,6 +94,8 @@ class KeySwapProbeReport:
         per_row (`dict[str, list[float]]`, *optional*): each condition's per-row lifts.
         by_state (`dict[str, dict[str, ProbeStat]]`, *optional*): SA: each condition by the acrostic's state
             before the opening (:data:`SA_STATES`), mean ± s.e. over positions.
+        by_use (`dict[str, dict[str, ProbeStat]]`, *optional*): TSP: each condition on the green tokens the
+            response has not used yet and on the used ones (:data:`USE_SPLITS`), mean ± s.e. over rows.
     """
 
     family: str
@@ -93,6 +104,7 @@ class KeySwapProbeReport:
                       "base model (query alone); per-row mean over positions, mean ± s.e. over rows")
     per_row: dict[str, list[float]] = field(default_factory=dict, repr=False)
     by_state: dict[str, dict[str, ProbeStat]] = field(default_factory=dict)
+    by_use: dict[str, dict[str, ProbeStat]] = field(default_factory=dict)
 
     def __getitem__(self, condition: str) -> ProbeStat:
         return self.stats[condition]
@@ -101,6 +113,8 @@ class KeySwapProbeReport:
         out = {"family": self.family, "statistic": self.statistic, **{c: asdict(s) for c, s in self.stats.items()}}
         if self.by_state:
             out["by_state"] = {c: {state: asdict(s) for state, s in v.items()} for c, v in self.by_state.items()}
+        if self.by_use:
+            out["by_use"] = {c: {split: asdict(s) for split, s in v.items()} for c, v in self.by_use.items()}
         return out
 
     def to_markdown(self) -> str:
@@ -114,6 +128,13 @@ class KeySwapProbeReport:
             lines += [f"| {c} | " + " | ".join(f"{v[t].mean:+.3f} ± {v[t].stderr:.3f} (n={v[t].num_positions})"
                                                if t in v else "" for t in SA_STATES) + " |"
                       for c, v in self.by_state.items()]
+        if self.by_use:
+            lines += ["", "On green tokens the response has not used yet and on used ones (the gated teacher's lift: "
+                      "delta and 0; mean ± s.e. over rows, positions where the set is not empty):", "",
+                      "| Condition | " + " | ".join(USE_SPLITS) + " |", "|---|" + "---|" * len(USE_SPLITS)]
+            lines += [f"| {c} | " + " | ".join(f"{v[u].mean:+.3f} ± {v[u].stderr:.3f} (n={v[u].num_positions})"
+                                               if u in v else "" for u in USE_SPLITS) + " |"
+                      for c, v in self.by_use.items()]
         return "\n".join(lines)
 
 
@@ -165,6 +186,21 @@ def _sa_replay(secret: str, ids: list[int], moves: SentenceMoves) -> tuple[np.nd
     return np.array(codes, dtype=np.int64), np.array(states, dtype=np.int64)
 
 
+def _split_by_use(sets: Sets, ids: list[int], pos: np.ndarray) -> list[Sets]:
+    """``sets`` followed by its green set split into the tokens ``ids`` has not used before each position in
+    ``pos`` and the used ones, each scored against the non-green tokens alone (per-position ``(P, V)`` masks)."""
+    scored, green = sets
+    used, seen, j = np.zeros((len(pos), green.shape[-1]), dtype=bool), np.zeros(green.shape[-1], dtype=bool), 0
+    for t, token in enumerate(ids):
+        while j < len(pos) and pos[j] == t:
+            used[j] = seen
+            j += 1
+        if token < len(seen):
+            seen[token] = True
+    green, other = green & scored[: green.shape[-1]], scored[: green.shape[-1]] & ~green
+    return [sets] + [(other | part, part) for part in (green & ~used, green & used)]
+
+
 def _probe_sets(key: ICWKey, alt: ICWKey, ids: list[int], view: VocabularyView, sa_table: np.ndarray | None
                 ) -> tuple[np.ndarray, Sets, Sets, tuple[np.ndarray, np.ndarray] | None]:
     """The probe positions of a response, the (scored, green) masks of the generating key and of the other, and
@@ -205,6 +241,12 @@ def _log_odds(model: Any, prompts: list[list[int]], responses: list[list[int]], 
             row.append(lo.cpu().numpy())
         out.append(row)
     return out
+
+
+def _mean_se(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and standard error (nan for a single value)."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
 
 
 def _logsumexp_on(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -272,6 +314,8 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
         pos, own, swapped, states = _probe_sets(key, alt, ids, view, sa_table)
         if len(pos) == 0:
             continue
+        # each condition's (scored, green) masks: the whole green set, then (TSP) its unused and used parts
+        own, swapped = ([s] if key.family != "tsp" else _split_by_use(s, ids, pos) for s in (own, swapped))
         q = row["query"]
         prompts = {name: tokenizer(chat_prompt(tokenizer, text), add_special_tokens=False)["input_ids"]
                    for name, text in (("key", key.prompt(q, tokenizer, template)),
@@ -283,35 +327,44 @@ def key_swap_probe(model: Any, tokenizer: Any, rows: Sequence[dict[str, Any]], b
     reference_ctx = _reference(model, base_model)
     lifts: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     by_state: dict[str, dict[int, list[np.ndarray]]] = {c: {} for c in CONDITIONS}
+    by_use: dict[str, dict[str, list[tuple[float, int]]]] = {c: {} for c in CONDITIONS}
     positions = 0
     for start in range(0, len(items), batch_size):
         part = items[start : start + batch_size]
         resp, pos = [it[0] for it in part], [it[1] for it in part]
         positions += sum(len(p) for p in pos)
-        a = _log_odds(model, [it[2]["key"] for it in part], resp, [[it[3]] for it in part], pos)
-        bc = _log_odds(model, [it[2]["alt"] for it in part], resp, [[it[4], it[3]] for it in part], pos)
-        plain = _log_odds(model, [it[2]["plain"] for it in part], resp, [[it[3]] for it in part], pos)
+        a = _log_odds(model, [it[2]["key"] for it in part], resp, [it[3] for it in part], pos)
+        bc = _log_odds(model, [it[2]["alt"] for it in part], resp, [it[4] + it[3] for it in part], pos)
+        plain = _log_odds(model, [it[2]["plain"] for it in part], resp, [it[3] for it in part], pos)
         with reference_ctx() as ref:
-            base = _log_odds(ref, [it[2]["plain"] for it in part], resp, [[it[3], it[4]] for it in part], pos)
+            base = _log_odds(ref, [it[2]["plain"] for it in part], resp, [it[3] + it[4] for it in part], pos)
         for b, item in enumerate(part):
-            per_position = {"A": a[b][0] - base[b][0], "B": bc[b][0] - base[b][1], "C": bc[b][1] - base[b][0],
-                            "plain": plain[b][0] - base[b][0]}
-            for c, lift in per_position.items():
+            n_sets = len(item[3])  # 1, or 3 with TSP's split: [whole, unused, used]
+            with np.errstate(invalid="ignore"):  # -inf - -inf where a split set is empty: nan, skipped below
+                per_set = [{"A": a[b][i] - base[b][i], "B": bc[b][i] - base[b][n_sets + i],
+                            "C": bc[b][n_sets + i] - base[b][i], "plain": plain[b][i] - base[b][i]}
+                           for i in range(n_sets)]
+            for split, lifts_of_split in zip(USE_SPLITS, per_set[1:], strict=False):
+                for c, lift in lifts_of_split.items():  # positions where the split set is empty give nan
+                    if np.isfinite(lift).any():
+                        by_use[c].setdefault(split, []).append((float(np.nanmean(lift)), int(np.isfinite(lift).sum())))
+            for c, lift in per_set[0].items():
                 lifts[c].append(float(lift.mean()))
                 if item[5] is not None:  # SA: B is scored on the other key's acrostic, the rest on the writer's
                     states = item[5][1] if c == "B" else item[5][0]
                     for state in np.unique(states):
                         by_state[c].setdefault(int(state), []).append(lift[states == state])
     n = len(items)
-    stats = {c: ProbeStat(c, float(np.mean(v)), float(np.std(v, ddof=1) / np.sqrt(n)) if n > 1 else float("nan"),
-                          n, positions, _MEANING[c]) for c, v in lifts.items()}
+    stats = {c: ProbeStat(c, *_mean_se(v), n, positions, _MEANING[c]) for c, v in lifts.items()}
     states_report = {}
     for c, found in by_state.items():
         for state, parts in sorted(found.items()):
             v = np.concatenate(parts)
-            se = float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
-            states_report.setdefault(c, {})[SA_STATES[state]] = ProbeStat(c, float(v.mean()), se, len(parts), len(v))
-    return KeySwapProbeReport(keys[0].family, stats, per_row=lifts, by_state=states_report)
+            states_report.setdefault(c, {})[SA_STATES[state]] = ProbeStat(c, *_mean_se(v), len(parts), len(v))
+    use_report = {c: {split: ProbeStat(c, *_mean_se([m for m, _ in found[split]]), len(found[split]),
+                                       sum(k for _, k in found[split]))
+                      for split in USE_SPLITS if split in found} for c, found in by_use.items() if found}
+    return KeySwapProbeReport(keys[0].family, stats, per_row=lifts, by_state=states_report, by_use=use_report)
 
 
 #: SA, free-running answers: what the previous sentence opening did before an opening.
