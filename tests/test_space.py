@@ -417,7 +417,7 @@ def test_first_click_with_the_defaults_and_each_example_passes_the_input_checks(
 def test_a_pasted_key_sets_family_sliders_and_seed(smollm2):
     """Pasting a key string sets the fields to what it holds, and the fields then keep the pasted key
     (even one with an explicit secret, which no field describes) instead of rebuilding another, even
-    when their change events carry a half-updated form; a key the app wrote itself moves no field."""
+    when their change events carry a half-updated form; leaving a box whose key the fields describe moves none."""
     from icw import ICWKey
 
     keys = space_room("demo_keys")
@@ -426,29 +426,33 @@ def test_a_pasted_key_sets_family_sliders_and_seed(smollm2):
     wip42 = ICWKey.create("wip", 42, tok).to_string()
     form = ("wip", 42, 0.2, 500, 13, 18)  # the page as it starts, its key written by the app
     pasted = "icw:sa:seed=5,secret=HI"
-    family, seed, gamma, pool_size, num_letters, length = keys.pasted_key_fields(pasted, wip42, *form)
+    family, seed, gamma, pool_size, num_letters, length = keys.pasted_key_fields(pasted, *form)
     assert (family, seed, length["value"]) == ("sa", 5, 2) and length["minimum"] <= 2  # slider widened
     assert all(update == skip for update in (gamma, pool_size, num_letters))  # left as they are
     # each field's change event, sent while the others are still on their way (length still 18 here), keeps it
     for name, half_updated in (("family", ("sa", 42, 0.2, 500, 13, 18)), ("seed", ("sa", 5, 0.2, 500, 13, 18)),
                                ("length", ("sa", 5, 0.2, 500, 13, 2))):
-        assert keys.field_changed(name)(pasted, *half_updated, "smollm2") == (skip, skip, skip), name
-    rebuilt, _, written = keys.field_changed("seed")(pasted, "sa", 6, 0.2, 500, 13, 2, "smollm2")  # seed edited
-    assert rebuilt == written == "icw:sa:seed=6,length=2,screen=ref1"  # the Space screens the keys it builds
-    # the rebuilt key's own change event moves nothing: no loop, and no late overwrite of a newer edit
-    assert keys.pasted_key_fields(rebuilt, written, "sa", 7, 0.2, 500, 13, 2) == (skip,) * 6
+        assert keys.field_changed(name)(pasted, *half_updated, "smollm2") == (skip, skip), name
+    rebuilt, _ = keys.field_changed("seed")(pasted, "sa", 6, 0.2, 500, 13, 2, "smollm2")  # seed edited
+    assert rebuilt == "icw:sa:seed=6,length=2,screen=ref1"  # the Space screens the keys it builds
+    # leaving the box that holds the rebuilt key moves nothing: the fields describe it
+    assert keys.pasted_key_fields(rebuilt, "sa", 6, 0.2, 500, 13, 2) == (skip,) * 6
     # a change of a field the key does not use (gamma for an SA key) keeps the key
-    assert keys.field_changed("gamma")(pasted, "sa", 5, 0.3, 500, 13, 2, "smollm2") == (skip, skip, skip)
+    assert keys.field_changed("gamma")(pasted, "sa", 5, 0.3, 500, 13, 2, "smollm2") == (skip, skip)
 
     tsp = ICWKey.create("tsp", 4, tok, gamma=0.25, pool_size=400).to_string()
-    family, seed, gamma, pool_size, *_ = keys.pasted_key_fields(tsp, wip42, *form)
+    family, seed, gamma, pool_size, *_ = keys.pasted_key_fields(tsp, *form)
     assert (family, seed, gamma["value"], pool_size) == ("tsp", 4, 0.25, 400)
     assert keys.field_changed("pool_size")(tsp, "tsp", 4, 0.25, 400, 13, 18, "smollm2")[0] == skip
     assert keys.field_changed("pool_size")(tsp, "tsp", 4, 0.25, 300, 13, 18, "smollm2")[0].startswith("icw:tsp:seed=4,")
     wip = ICWKey.create("wip", 9, tok, num_letters=7).to_string()
-    family, seed, _, _, num_letters, _ = keys.pasted_key_fields(wip, wip42, *form)
+    family, seed, _, _, num_letters, _ = keys.pasted_key_fields(wip, *form)
     assert (family, seed, num_letters["value"]) == ("wip", 9, 7)
-    assert keys.pasted_key_fields("icw:wi", wip42, *form) == (skip,) * 6  # mid-edit: nothing moves
+    assert keys.pasted_key_fields("icw:wi", *form) == (skip,) * 6  # a half-typed key: nothing moves
+    assert keys.pasted_key_fields(wip42, *form) == (skip,) * 6  # the page's own key: nothing moves
+    # the page syncs on leaving the box or Enter, never on change, which a key the app writes also fires
+    (sync,) = [f for f in load_space_app().demo.fns.values() if f.name == "pasted_key_fields"]
+    assert sorted(event for _, event in sync.targets) == ["blur", "submit"]
 
 
 def test_alpha_is_checked_on_submit_and_typing_never_raises(smollm2, recwarn):

@@ -131,7 +131,9 @@ def test_a_pasted_key_sets_the_fields_in_the_browser(space_url, page):
     page.goto(space_url, wait_until="load", timeout=120_000)  # networkidle can time out on a busy CPU
     _wait_for_key(page)
     pasted = "icw:sa:seed=5,secret=HI"
-    page.locator("#icw-key textarea").fill(pasted)  # what a paste does to the box; no keystrokes
+    box = page.locator("#icw-key textarea")
+    box.fill(pasted)  # what a paste does to the box; no keystrokes
+    box.press("Tab")  # and the user moves on
     page.wait_for_function(
         "() => document.querySelector('#icw-family input[value=sa]')?.checked"
         " && document.querySelector('#icw-seed input').value === '5'"

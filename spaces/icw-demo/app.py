@@ -92,7 +92,6 @@ from demo_keys import (  # noqa: E402
     parse_key,
     pasted_key_fields,
     random_seed,
-    remade_key,
 )
 
 from icw.generation import DEFAULT_SAMPLING  # noqa: E402
@@ -232,6 +231,7 @@ def model_and_run_fields(ui: SimpleNamespace, model_name: str, online: bool) -> 
     ui.alpha = gr.Number(value=DEFAULT_ALPHA, label="alpha (significance level)", step=0.005, elem_id="icw-alpha",
                          info="Watermarked when p ≤ alpha. Enter (or leaving the box) re-judges the answers already written.")
     ui.key_string = gr.Textbox(label="Key string (share it with the detector; paste one to reuse it)",
+                               info="A pasted key sets the fields above when you leave the box or press Enter.",
                                elem_id="icw-key", buttons=["copy"], max_lines=2)
     ui.material = gr.Markdown(elem_id="icw-key-material")
 
@@ -283,16 +283,16 @@ def attack_fields(ui: SimpleNamespace) -> None:
 def wire_watermark_tab(ui: SimpleNamespace) -> None:
     """The tab's events: key fields and key string stay in step; Generate, alpha, Attack and Stop."""
     fields = controls(ui, KEY_FIELDS)
-    written = gr.State("")  # the key string the app last wrote into the key box (see pasted_key_fields)
     for name, field in zip(KEY_FIELDS, fields[:-1], strict=False):  # a field the user changes rebuilds the key
-        field.change(field_changed(name), [ui.key_string, *fields], [ui.key_string, ui.material, written],
-                     api_name=False, queue=False)
-    ui.model.change(remade_key, fields, [ui.key_string, ui.material, written], api_name=False, queue=False)
+        field.change(field_changed(name), [ui.key_string, *fields], [ui.key_string, ui.material], api_name=False,
+                     queue=False)
+    ui.model.change(make_key, fields, [ui.key_string, ui.material], api_name=False, queue=False)
     ui.key_string.change(describe_key, [ui.key_string, ui.model], [ui.material, ui.instruction], api_name=False,
                          queue=False)
-    # a key the user pastes or types sets the fields; one the app wrote does not (no loop, no late overwrite)
-    ui.key_string.change(pasted_key_fields, [ui.key_string, written, *fields[:-1]], fields[:-1], api_name=False,
-                         queue=False)
+    # a key the user pasted or typed sets the fields when they leave the box or press Enter: events a key the app
+    # writes never fires, so a rebuilt key arriving late cannot set back a field edited since (change would)
+    gr.on([ui.key_string.blur, ui.key_string.submit], pasted_key_fields, [ui.key_string, *fields[:-1]], fields[:-1],
+          api_name=False, queue=False)
     ui.key_string.change(key_legend, ui.key_string, ui.legend, api_name=False, queue=False)
     answer_boxes = [answer for answer, _ in ui.answers]
     icw_boxes = [*answer_boxes[: len(MODES)], answer_boxes[-1]]  # the columns the key's units are highlighted in

@@ -2,9 +2,9 @@
 
 The key fields and the key string box stay in step: a field change rebuilds the key string
 (:func:`field_changed`, which keeps a key that already holds the changed field's value), a pasted key string sets the
-fields to what it contains (:func:`pasted_key_fields`, on the key box's change event: the browser's
-``input`` event does not fire for every paste), and every key string change (typed, pasted or
-rebuilt) re-describes it (:func:`describe_key`).
+fields to what it contains when the user leaves the box or presses Enter (:func:`pasted_key_fields`; Gradio's
+``input`` event does not fire for a paste), and every key string change (typed, pasted or rebuilt) re-describes
+it (:func:`describe_key`).
 """
 
 from __future__ import annotations
@@ -183,43 +183,35 @@ def key_holds(key_string: str, field: str, value: Any) -> bool:
 
 
 def field_changed(field: str):
-    """The change handler of key field ``field``: (key string, key material, the key string the app wrote).
+    """The change handler of key field ``field``: (key string, key material).
 
     It rebuilds the key from all the fields only when the key box's key differs in THIS field: then the user
     changed it. A field set from a pasted key (:func:`pasted_key_fields`) finds the key already holding its
     value and keeps the paste (which may carry an explicit secret or letters no field describes), even while
     the paste's other fields are still on their way; comparing all fields at once would rebuild the key from
-    such a half-updated form. The key string written also goes to a ``gr.State`` in the same update, so
-    :func:`pasted_key_fields` can tell it from a paste."""
+    such a half-updated form."""
 
     def changed(key_string: str, family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any,
-                length: Any, model_name: str) -> tuple[Any, Any, Any]:
+                length: Any, model_name: str) -> tuple[Any, Any]:
         value = dict(zip(KEY_FIELD_NAMES, (family, seed, gamma, pool_size, num_letters, length), strict=True))[field]
         if key_holds(key_string, field, value):
-            return gr.skip(), gr.skip(), gr.skip()
-        key, material = make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
-        return key, material, key
+            return gr.skip(), gr.skip()
+        return make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
 
     changed.__name__ = f"{field}_changed"
     return changed
 
 
-def remade_key(family: str, seed: Any, gamma: float, pool_size: Any, num_letters: Any, length: Any,
-               model_name: str) -> tuple[str, str, str]:
-    """:func:`make_key` for the page (a new model, a new tokenizer), remembering the key string it wrote."""
-    key, material = make_key(family, seed, gamma, pool_size, num_letters, length, model_name)
-    return key, material, key
+def pasted_key_fields(key_string: str, family: str, seed: Any, gamma: Any, pool_size: Any, num_letters: Any,
+                      length: Any) -> tuple[Any, ...]:
+    """The user left the key box (or pressed Enter in it): when it holds a key the fields do not describe, one
+    they pasted or typed, set the fields to it (:func:`key_fields`).
 
-
-def pasted_key_fields(key_string: str, written: str, family: str, seed: Any, gamma: Any, pool_size: Any,
-                      num_letters: Any, length: Any) -> tuple[Any, ...]:
-    """The key box changed: when it holds a key the user typed or pasted, set the fields to it (:func:`key_fields`).
-
-    A key the app itself wrote (``written``, rebuilt from the fields) or one the fields already describe moves
-    nothing, so there is no loop, and a rebuilt key arriving late never sets back a field the user has since
-    edited. The fields' own change events then find a key that holds their values and keep it (:func:`field_changed`),
-    so the paste wins, an explicit secret or letter set included."""
-    if key_string == written or fields_match(key_string, family, seed, gamma, pool_size, num_letters, length):
+    The page calls it on the box's blur and submit events, which a key the app writes never fires: on ``change``
+    a rebuilt key arriving after a newer field edit would set that field back. The fields' own change events then
+    find a key that holds their values and keep it (:func:`field_changed`), so the paste wins, an explicit secret
+    or letter set included."""
+    if fields_match(key_string, family, seed, gamma, pool_size, num_letters, length):
         return (gr.skip(),) * 6
     return key_fields(key_string)
 
