@@ -12,25 +12,17 @@ The runs are ``icw bench run`` folders that measured perplexity (``--ppl_models`
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
+
+from icw.bench.compare import scored_answers
 
 
 def instructed_answers(run_dir: Path) -> dict[tuple[str, str], tuple[float, bool]]:
     """(family, question id) -> (perplexity, watermarked verdict) of a run's unattacked instructed answers."""
-    verdicts = {}
-    for line in (run_dir / "responses.jsonl").open():
-        row = json.loads(line)
-        if row["role"] == "positive" and row["attack"] == "none":
-            verdicts[row["family"], row["id"]] = bool(row["is_watermarked"])
-    answers = {}
-    for line in (run_dir / "quality.jsonl").open():
-        row = json.loads(line)
-        item = (row["family"], row["id"])
-        if row["metric"] == "ppl" and row["role"] == "positive" and item in verdicts:
-            answers[item] = (row["value"], verdicts[item])
-    return answers
+    records, ppl = scored_answers(run_dir)
+    return {(family, qid): (ppl[family, qid, role], bool(record["is_watermarked"]))
+            for (family, qid, role), record in records.items() if role == "positive" and (family, qid, role) in ppl}
 
 
 def main() -> None:

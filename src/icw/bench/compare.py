@@ -32,7 +32,7 @@ from .report import summarize
 from .runner import QUALITY, load_records
 
 
-def _by_item(run_dir: Path) -> tuple[dict[tuple, dict], dict[tuple, float]]:
+def scored_answers(run_dir: Path) -> tuple[dict[tuple, dict], dict[tuple, float]]:
     """A run's unattacked scored records, and its instructed answers' perplexities (mean over reference models),
     by (family, id, role)."""
     records = {(r["family"], r["id"], r["role"]): r for r in load_records(run_dir)
@@ -55,7 +55,7 @@ def paired_stage_tests(before: str | Path, after: str | Path, alpha: float = 0.0
     """
     from scipy.stats import binomtest, wilcoxon
 
-    (rec_a, ppl_a), (rec_b, ppl_b) = _by_item(Path(before)), _by_item(Path(after))
+    (rec_a, ppl_a), (rec_b, ppl_b) = scored_answers(Path(before)), scored_answers(Path(after))
     out: dict[str, dict[str, Any]] = {}
     for family in FAMILIES:
         ids = sorted(k for k in rec_a.keys() & rec_b.keys() if k[0] == family and k[2] == "positive")
@@ -85,7 +85,7 @@ def median_perplexity(run_dir: str | Path) -> dict[str, float]:
         run_dir (`str` or `Path`): an ``icw bench run`` folder whose run measured perplexity (``--ppl_models``).
     """
     out: dict[str, list[float]] = {}
-    for (family, _, _), value in _by_item(Path(run_dir))[1].items():
+    for (family, _, _), value in scored_answers(Path(run_dir))[1].items():
         out.setdefault(family, []).append(value)
     return {family: float(np.median(values)) for family, values in out.items()}
 
