@@ -34,7 +34,11 @@ from .runner import QUALITY, load_records
 
 def scored_answers(run_dir: Path) -> tuple[dict[tuple, dict], dict[tuple, float]]:
     """A run's unattacked scored records, and its instructed answers' perplexities (mean over reference models),
-    by (family, id, role)."""
+    by (family, id, role).
+
+    Args:
+        run_dir (`Path`): an ``icw bench run`` folder (perplexities only where it ran ``--ppl_models``).
+    """
     records = {(r["family"], r["id"], r["role"]): r for r in load_records(run_dir)
                if r.get("attack", "none") == "none" and r.get("z_score") is not None}
     ppl: dict[tuple, list[float]] = {}
